@@ -1,0 +1,1 @@
+"""Default plugin: inproc (filled in by its owner)."""

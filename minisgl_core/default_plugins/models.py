@@ -1,0 +1,1 @@
+"""Default plugin: models (filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""Default plugin: resolve (filled in by its owner)."""
