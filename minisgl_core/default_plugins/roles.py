@@ -1,0 +1,15 @@
+"""Default plugin: the core's tokenizer, detokenizer and scheduler roles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minisgl_core import hookimpl
+
+
+@hookimpl
+def minisgl_register_roles(register: Any) -> None:
+    """Register the HF text roles and the continuous-batching scheduler."""
+    register("tokenizer", "hf", "minisgl_core.runtime.roles:make_tokenizer")
+    register("detokenizer", "hf", "minisgl_core.runtime.roles:make_detokenizer")
+    register("scheduler", "continuous", "minisgl_core.runtime.roles:make_scheduler")

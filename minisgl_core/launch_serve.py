@@ -1,0 +1,118 @@
+"""Serving phase of the launcher: run the frontends, relay worker stats, supervise, shut down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from typing import Any
+
+from minisgl_core import codec
+from minisgl_core.interfaces import ChannelClosed
+from minisgl_core.messages import Fatal, Stats
+
+log = logging.getLogger("minisgl")
+
+DEATH_GRACE_S = 0.5  # time for error events to reach clients before the server goes away
+SUPERVISE_INTERVAL_S = 0.1
+
+
+def serve_forever(service: Any, registries: Any, pm: Any) -> int:
+    """Serve until a signal or a worker's death; stop everything; return the exit code."""
+    try:
+        return asyncio.run(_serve(service, registries, pm))
+    finally:
+        service.stop()
+
+
+async def _serve(service: Any, registries: Any, pm: Any) -> int:
+    config = service.config
+    stop = asyncio.Event()
+    failure: list[str] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    frontends = []
+    for name, client in zip(config.frontends, service.clients.values(), strict=True):
+        client.start()
+        factory = registries.frontends.get(name)
+        frontends.append(factory(client, config, config.frontends_options.get(name, {})))
+    pm.hook.minisgl_configure(config=config, process="launcher")
+    tasks = [asyncio.create_task(fe.serve(), name=f"frontend:{name}")
+             for fe, name in zip(frontends, config.frontends, strict=True)]
+    tasks.append(asyncio.create_task(_relay_control(service, failure, stop), name="control"))
+    tasks.append(asyncio.create_task(_supervise(service, failure, stop), name="supervisor"))
+    log.info("minisgl ready: plugins %s | transport %s | frontend %s | model %s (%s) | %s",
+             ", ".join(service.plugin_modules) or "-", config.transport,
+             ",".join(config.frontends), service.ready_info.get("model_name", "?"),
+             service.ready_info.get("max_seq_len", "?") + " tokens context", _urls(config))
+    waiter = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([waiter, *tasks[: len(frontends)]],
+                                 return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if task is not waiter and task.exception() is not None:
+            failure.append(f"frontend failed: {task.exception()!r}")
+    reason = failure[0] if failure else "shutting down"
+    for client in service.clients.values():
+        client.fail_all(reason)
+    if failure:
+        await asyncio.sleep(DEATH_GRACE_S)
+    for fe in frontends:
+        with contextlib.suppress(Exception):
+            await fe.shutdown()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for client in service.clients.values():
+        await client.close()
+    pm.hook.minisgl_unconfigure(config=config, process="launcher")
+    if failure:
+        print(f"minisgl: {failure[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _relay_control(service: Any, failure: list[str], stop: asyncio.Event) -> None:
+    while True:
+        try:
+            data = await service.control.arecv()
+        except ChannelClosed:
+            return
+        try:
+            msg = codec.decode_control(data)
+        except codec.DecodeError as exc:
+            log.warning("launcher dropped a malformed control message: %s", exc)
+            continue
+        if isinstance(msg, Stats):
+            values = {**msg.gauges, **msg.counters}
+            for client in service.clients.values():
+                client.update_metrics(values)
+        elif isinstance(msg, Fatal):
+            failure.append(f"minisgl::{msg.process} (pid {msg.pid}) failed: {msg.error}")
+            stop.set()
+
+
+async def _supervise(service: Any, failure: list[str], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        for worker in service.workers:
+            if not worker.alive():
+                failure.append(worker.describe_exit())
+                for client in service.clients.values():
+                    client.fail_all(f"the engine is down: {worker.describe_exit()}")
+                stop.set()
+                return
+        await asyncio.sleep(SUPERVISE_INTERVAL_S)
+
+
+def _urls(config: Any) -> str:
+    urls = []
+    for name in config.frontends:
+        if name == "openai":
+            urls.append(f"http://{config.host}:{config.port}/v1")
+        elif name == "grpc":
+            urls.append(f"grpc://{config.host}:{config.grpc_port}")
+        else:
+            urls.append(name)
+    return " ".join(urls)

@@ -1,0 +1,230 @@
+"""The launcher: resolve the model, spawn the workers, wait for Ready, then serve and supervise."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minisgl_core import codec
+from minisgl_core.messages import Fatal, Ready, Shutdown, Stats
+from minisgl_core.runtime.spec import Endpoints, WorkerSpec
+
+log = logging.getLogger("minisgl")
+
+ROLES = ("tokenizer", "detokenizer", "scheduler")
+STOP_GRACE_S = 3.0
+
+
+class LaunchError(RuntimeError):
+    """The service could not start; the message says which part and why."""
+
+
+@dataclass
+class Worker:
+    """A running worker: a process, or a thread for single-process transports."""
+
+    role: str
+    handle: Any  # multiprocessing.Process | threading.Thread
+
+    def alive(self) -> bool:
+        return self.handle.is_alive()
+
+    def describe_exit(self) -> str:
+        code = getattr(self.handle, "exitcode", None)
+        pid = getattr(self.handle, "pid", None)
+        how = f"exit code {code}" if code is None or code >= 0 else f"signal {-code}"
+        return f"minisgl::{self.role} (pid {pid}) died ({how})" if pid else f"{self.role} died"
+
+
+@dataclass
+class Service:
+    """A started engine (workers up and ready) and the clients frontends use to reach it."""
+
+    config: Any
+    transport: Any
+    run_dir: Path
+    endpoints: Endpoints
+    workers: list[Worker]
+    clients: dict[str, Any]
+    control: Any
+    ready_info: dict[str, str] = field(default_factory=dict)
+    plugin_modules: tuple[str, ...] = ()
+
+    def send_shutdown(self) -> None:
+        """Ask every worker to leave its loop."""
+        for addr in (self.endpoints.tokenizer, self.endpoints.scheduler,
+                     self.endpoints.detokenizer):
+            try:
+                sender = self.transport.push(addr)
+                sender.send(codec.encode(Shutdown()))
+                sender.close()
+            except Exception:  # noqa: BLE001 - the worker may already be gone
+                pass
+
+    def stop(self) -> None:
+        """Stop every worker (Shutdown, then SIGTERM, then SIGKILL) and remove the run dir."""
+        self.send_shutdown()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for w in self.workers:
+            w.handle.join(max(0.0, deadline - time.monotonic()))
+        for w in self.workers:
+            if isinstance(w.handle, mp.process.BaseProcess) and w.handle.is_alive():
+                w.handle.terminate()
+                w.handle.join(1.0)
+                if w.handle.is_alive():
+                    w.handle.kill()
+                    w.handle.join(1.0)
+        self.control.close()
+        self.transport.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def make_run_dir() -> Path:
+    """A private (0700) directory for this run's ipc endpoints."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="minisgl-"))
+    os.chmod(path, 0o700)
+    return path
+
+
+def start_service(config: Any, registries: Any, model_dir: str, *,
+                  plugin_modules: tuple[str, ...] = ()) -> Service:
+    """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
+    from minisgl_core.runtime.client import TransportEngineClient
+
+    name = config.transport
+    transport = registries.transports.get(name)(config.transports.get(name, {}))
+    run_dir = make_run_dir()
+    ep = lambda channel: transport.endpoint(run_dir, channel)  # noqa: E731
+    frontend_ids = [f"{fe}-{os.getpid()}" for fe in config.frontends]
+    endpoints = Endpoints(tokenizer=ep("tokenizer"), scheduler=ep("scheduler"),
+                          detokenizer=ep("detokenizer"), control=ep("control"),
+                          frontends={fid: ep(f"frontend.{fid}") for fid in frontend_ids})
+    # Consumers bind before any producer starts: control and every frontend inbox first.
+    control = transport.pull(endpoints.control, bind=True)
+    clients = {fid: TransportEngineClient(transport, endpoints.frontends[fid],
+                                          endpoints.tokenizer, fid,
+                                          max_waiting=config.max_waiting_requests)
+               for fid in frontend_ids}
+    max_context = _max_context(model_dir, config.max_seq_len_override)
+    threads = os.cpu_count() or 1
+    specs = [WorkerSpec(role=role, config=config, endpoints=endpoints, model_dir=model_dir,  # type: ignore[arg-type]
+                        max_context=max_context, plugin_modules=plugin_modules,
+                        num_threads=threads if role == "scheduler" else 1)
+             for role in ROLES]
+    workers = _spawn(specs, transport, registries)
+    service = Service(config, transport, run_dir, endpoints, workers, clients, control,
+                      plugin_modules=plugin_modules)
+    try:
+        service.ready_info = _wait_ready(service, config.ready_timeout_s)
+    except BaseException:
+        service.stop()
+        raise
+    for client in clients.values():
+        client.set_ready(service.ready_info)
+    return service
+
+
+def _spawn(specs: list[WorkerSpec], transport: Any, registries: Any) -> list[Worker]:
+    from minisgl_core.runtime.worker import run_role, worker_main
+
+    workers = []
+    if transport.multiprocess:
+        ctx = mp.get_context("spawn")
+        for spec in specs:
+            proc = ctx.Process(target=worker_main, args=(spec,), name=f"minisgl::{spec.role}")
+            proc.start()
+            workers.append(Worker(spec.role, proc))
+    else:
+        for spec in specs:
+            thread = threading.Thread(target=run_role, args=(spec, registries, transport),
+                                      name=f"minisgl::{spec.role}", daemon=True)
+            thread.start()
+            workers.append(Worker(spec.role, thread))
+    return workers
+
+
+def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
+    waiting = set(ROLES)
+    info: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while waiting:
+        for w in service.workers:
+            if w.role in waiting and not w.alive():
+                raise LaunchError(f"{w.describe_exit()} during setup")
+        if time.monotonic() > deadline:
+            raise LaunchError(f"timed out after {timeout:.0f} s waiting for: "
+                              + ", ".join(sorted(waiting)))
+        try:
+            msg = codec.decode_control(service.control.recv(timeout=0.2))
+        except TimeoutError:
+            continue
+        except codec.DecodeError as exc:
+            log.warning("launcher dropped a malformed control message: %s", exc)
+            continue
+        if isinstance(msg, Fatal):
+            raise LaunchError(f"minisgl::{msg.process} (pid {msg.pid}) failed: {msg.error}")
+        if isinstance(msg, Ready):
+            waiting.discard(msg.process)
+            info.update(msg.info)
+        elif isinstance(msg, Stats):
+            for client in service.clients.values():
+                client.update_metrics({**msg.gauges, **msg.counters})
+    return info
+
+
+def _max_context(model_dir: str, override: int | None) -> int:
+    import json
+
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    limit = int(cfg.get("max_position_embeddings", 2048))
+    return min(limit, override) if override else limit
+
+
+def launch(config: Any) -> int:
+    """Run the service until SIGINT/SIGTERM or a worker's death; return the exit code."""
+    from minisgl_core.launch_serve import serve_forever
+    from minisgl_core.plugins import build_manager, collect
+
+    logging.basicConfig(level=config.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    pm = build_manager()
+    registries = collect(pm)
+    try:
+        model_dir = resolve_model(pm, config.model)
+        service = start_service(config, registries, model_dir,
+                                plugin_modules=tuple(_plugin_modules(pm)))
+    except LaunchError as exc:
+        print(f"minisgl: {exc}", file=sys.stderr)
+        return 1
+    return serve_forever(service, registries, pm)
+
+
+def resolve_model(pm: Any, spec: str | None) -> str:
+    """Turn --model into a local HF-format directory through the resolve hook."""
+    try:
+        path = pm.hook.minisgl_resolve_model(spec=spec)
+    except Exception as exc:  # noqa: BLE001 - conversion and lookup errors are user-facing
+        raise LaunchError(f"cannot load model {spec or 'default'}: {exc}") from exc
+    if not path:
+        raise LaunchError(f"cannot find model {spec!r}: not a directory with config.json, "
+                          "and no plugin resolves it")
+    return str(path)
+
+
+def _plugin_modules(pm: Any) -> list[str]:
+    from minisgl_core import plugins
+
+    return list(plugins.loaded_module_names(pm))
+
+
+__all__ = ["LaunchError", "Service", "launch", "resolve_model", "start_service"]

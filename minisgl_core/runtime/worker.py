@@ -1,0 +1,111 @@
+"""Worker bootstrap: the entry point of every spawned process, and of every in-process thread."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+from minisgl_core import codec
+from minisgl_core.messages import Fatal, Message, Ready
+from minisgl_core.runtime.spec import WorkerSpec
+
+log = logging.getLogger(__name__)
+
+ROLE_NAMES = {"tokenizer": "hf", "detokenizer": "hf", "scheduler": "continuous"}
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Entry point of a spawned worker: rebuild plugins, open the transport, run the role."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher leads shutdown
+    _set_title(f"minisgl::{spec.role}")
+    logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
+                        format=f"%(asctime)s {spec.role} %(levelname)s %(message)s")
+    from minisgl_core.plugins import build_manager, collect
+
+    registries = collect(build_manager(extra=list(spec.plugin_modules)))
+    name = spec.config.transport
+    transport = registries.transports.get(name)(spec.config.transports.get(name, {}))
+    try:
+        ok = run_role(spec, registries, transport)
+    finally:
+        transport.close()
+    sys.exit(0 if ok else 1)
+
+
+def run_role(spec: WorkerSpec, registries: Any, transport: Any) -> bool:
+    """Build this worker's role, send Ready, run its loop; on failure send Fatal. True if clean."""
+    control = transport.push(spec.endpoints.control)
+
+    def report(msg: Message) -> None:
+        control.send(codec.encode(msg))
+
+    try:
+        _run(spec, registries, transport, report)
+        return True
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        log.error("%s failed: %s\n%s", spec.role, detail, traceback.format_exc())
+        try:
+            report(Fatal(process=spec.role, pid=os.getpid(), error=detail))
+        except Exception:  # noqa: BLE001 - the launcher also watches exit codes
+            pass
+        return False
+    finally:
+        control.close()
+
+
+def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None:
+    from minisgl_core.runtime.scheduler import SchedulerLoop
+    from minisgl_core.runtime.text_loops import run_detokenizer, run_tokenizer
+
+    role_name = getattr(spec.config, f"{spec.role}_role", None) or ROLE_NAMES[spec.role]
+    role = registries.roles.get(spec.role, role_name)(spec)
+    ep = spec.endpoints
+    ready = Ready(process=spec.role, pid=os.getpid(), info=_ready_info(role))
+    if spec.role == "tokenizer":
+        inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
+        report(ready)
+        run_tokenizer(role, inbox, outbox)
+    elif spec.role == "detokenizer":
+        inbox = transport.pull(ep.detokenizer, bind=True)
+        outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
+        report(ready)
+        run_detokenizer(role, inbox, outboxes)
+    else:
+        inbox, outbox = transport.pull(ep.scheduler, bind=True), transport.push(ep.detokenizer)
+        loop = SchedulerLoop(role, inbox, outbox, report)
+        report(ready)
+        report(loop.stats())
+        loop.run()
+
+
+def _ready_info(role: Any) -> dict[str, str]:
+    info = {}
+    for key in ("model_name", "max_seq_len", "vocab_size"):
+        if hasattr(role, key):
+            info[key] = str(getattr(role, key))
+    return info
+
+
+def _die_with_parent() -> None:
+    # No orphans: if the launcher is killed outright, the kernel kills its workers too.
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:
+        pass
