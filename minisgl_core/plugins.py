@@ -1,0 +1,347 @@
+"""The plugin manager: default plugins, entry points loaded one by one in isolation, listing.
+
+A plugin that fails to import or fails validation is skipped with one line on stderr and kept in
+``pm.broken``; ``MINISGL_STRICT_PLUGINS=1`` makes that fatal. ``MINISGL_LOAD_PLUGINS`` is an
+allow-list of entry-point or distribution names (empty = no third-party plugins at all).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from minisgl_core import __version__, hookspecs
+from minisgl_core.default_plugins import DEFAULT_PLUGINS
+from minisgl_core.registry import Registries, Registry
+
+if TYPE_CHECKING:
+    from minisgl_core.config import LaunchConfig
+
+ENTRY_POINT_GROUP = "minisgl"
+CORE_DIST = "minisgl-core"
+
+
+class PluginLoadError(Exception):
+    """A plugin failed to load or validate while ``MINISGL_STRICT_PLUGINS=1``."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a registered plugin came from, for listings and for rebuilding in other processes."""
+
+    name: str
+    module: str | None  # importable module name; None for objects registered in-process
+    dist: str
+    version: str
+    source: str  # "default", "entrypoint" or "extra"
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A plugin that was skipped: why, and where it came from."""
+
+    origin: Origin
+    error: str
+
+
+class MinisglPluginManager(pluggy.PluginManager):
+    """pluggy's manager for the ``minisgl`` hooks, remembering each plugin's origin and failures."""
+
+    def __init__(self, *, strict: bool = False) -> None:
+        super().__init__("minisgl")
+        self.add_hookspecs(hookspecs)
+        self.strict = strict
+        self.origins: dict[str, Origin] = {}
+        self.broken: dict[str, Broken] = {}
+
+    def mark_broken(self, origin: Origin, exc: BaseException) -> None:
+        """Unregister the plugin if needed, remember why, say so on stderr (or raise if strict)."""
+        if self.get_plugin(origin.name) is not None:
+            self.unregister(name=origin.name)
+        self.origins.pop(origin.name, None)
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever exc says
+        self.broken[origin.name] = Broken(origin, error)
+        if self.strict:
+            raise PluginLoadError(
+                f"plugin {origin.name} ({origin.dist} {origin.version}) is broken: {error}"
+            ) from exc
+        print(
+            f"minisgl: skipped plugin {origin.name} ({origin.dist} {origin.version}): {error}",
+            file=sys.stderr,
+        )
+
+
+def strict_from_env() -> bool:
+    return os.environ.get("MINISGL_STRICT_PLUGINS", "").strip().lower() in ("1", "true", "yes")
+
+
+def allow_list_from_env() -> set[str] | None:
+    """``MINISGL_LOAD_PLUGINS`` as a set of names, or None when unset (= load everything)."""
+    raw = os.environ.get("MINISGL_LOAD_PLUGINS")
+    if raw is None:
+        return None
+    return {_norm(n) for n in raw.split(",") if n.strip()}
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def _origin_of(ep: metadata.EntryPoint, source: str) -> Origin:
+    dist = ep.dist
+    return Origin(
+        name=ep.name,
+        module=ep.module,
+        dist=dist.name if dist is not None else "?",
+        version=dist.version if dist is not None else "?",
+        source=source,
+    )
+
+
+def _validate(pm: MinisglPluginManager, plugin: object, name: str) -> None:
+    """pluggy's check_pending for one plugin: every hookimpl must match a known hook."""
+    for caller in pm.get_hookcallers(plugin) or []:
+        if caller.spec is None:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not impl.optionalhook:
+                    raise pluggy.PluginValidationError(
+                        plugin, f"unknown hook {caller.name!r} in plugin {name}"
+                    )
+
+
+def register_plugin(pm: MinisglPluginManager, plugin: object, origin: Origin) -> bool:
+    """Register and validate one plugin in isolation; False (and marked broken) on failure."""
+    try:
+        if pm.is_registered(plugin):
+            return True  # the same module reached us twice (entry point and extra): once is enough
+        pm.register(plugin, name=origin.name)
+        _validate(pm, plugin, origin.name)
+    except Exception as exc:
+        pm.mark_broken(origin, exc)
+        return False
+    pm.origins[origin.name] = origin
+    return True
+
+
+def _load_module(pm: MinisglPluginManager, module: str, origin: Origin) -> None:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:
+        pm.mark_broken(origin, exc)
+        return
+    register_plugin(pm, mod, origin)
+
+
+def build_manager(
+    *, autoload: bool = True, extra: Sequence[str | object] = (), strict: bool | None = None
+) -> MinisglPluginManager:
+    """Build a manager: default plugins, then entry points (unless ``autoload`` is False or the
+    allow-list says otherwise), then ``extra`` modules (by name) or objects.
+
+    Spawned processes call ``build_manager(autoload=False, extra=loaded_module_names(parent))``
+    to get the same plugins under the same names.
+    """
+    pm = MinisglPluginManager(strict=strict_from_env() if strict is None else strict)
+    for module in DEFAULT_PLUGINS:
+        short = module.rsplit(".", 1)[-1]
+        _load_module(pm, module, Origin(f"core.{short}", module, CORE_DIST, __version__, "default"))
+
+    eps = _entry_points() if autoload or any(isinstance(e, str) for e in extra) else []
+    if autoload:
+        allow = allow_list_from_env()
+        for ep in eps:
+            origin = _origin_of(ep, "entrypoint")
+            if allow is not None and not {_norm(ep.name), _norm(origin.dist)} & allow:
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                pm.mark_broken(origin, exc)
+                continue
+            register_plugin(pm, plugin, origin)
+
+    by_module = {ep.module: ep for ep in eps}
+    for item in extra:
+        if isinstance(item, str):
+            ep = by_module.get(item)
+            if ep is not None:
+                origin = _origin_of(ep, "extra")
+            else:
+                origin = Origin(item, item, "-", "-", "extra")
+            if origin.name not in pm.origins or pm.origins[origin.name].module != item:
+                _load_module(pm, item, origin)
+        else:
+            name = getattr(item, "__name__", None) or f"{type(item).__name__}-{id(item):x}"
+            register_plugin(pm, item, Origin(name, None, "-", "-", "extra"))
+
+    if os.environ.get("MINISGL_TRACE_PLUGINS"):
+        pm.trace.root.setwriter(lambda msg: print(msg, end="", file=sys.stderr))
+        pm.enable_tracing()
+    return pm
+
+
+def loaded_module_names(pm: pluggy.PluginManager) -> list[str]:
+    """Module names of the non-default plugins registered in ``pm`` (for spawned processes).
+
+    Plugins registered as objects cannot cross a process boundary and are left out.
+    """
+    origins: dict[str, Origin] = getattr(pm, "origins", {})
+    out = []
+    for name, plugin in pm.list_name_plugin():
+        origin = origins.get(name)
+        if origin is not None and origin.source == "default":
+            continue
+        if origin is not None and origin.module:
+            out.append(origin.module)
+        elif isinstance(plugin, ModuleType):
+            out.append(plugin.__name__)
+    return out
+
+
+def configure(pm: pluggy.PluginManager, config: LaunchConfig, process: str) -> None:
+    """Typed call of ``minisgl_configure`` in ``process``."""
+    pm.hook.minisgl_configure(config=config, process=process)
+
+
+def unconfigure(pm: pluggy.PluginManager, config: LaunchConfig, process: str) -> None:
+    """Typed call of ``minisgl_unconfigure`` in ``process``."""
+    pm.hook.minisgl_unconfigure(config=config, process=process)
+
+
+def resolve_model(pm: pluggy.PluginManager, spec: str | None) -> str | None:
+    """Typed call of ``minisgl_resolve_model``: the first plugin's non-None answer, or None."""
+    result: str | None = pm.hook.minisgl_resolve_model(spec=spec)
+    return result
+
+
+@dataclass
+class Call:
+    """The outcome of calling one hook impl by impl: which plugins failed, with what."""
+
+    failed: dict[str, BaseException] = field(default_factory=dict)
+
+
+def call_each(pm: pluggy.PluginManager, hook_name: str, make_kwargs: Any) -> Call:
+    """Call every impl of ``hook_name`` on its own, ``make_kwargs(owner)`` giving its arguments.
+
+    An impl that raises marks its plugin broken (unregistered, one stderr line; raises under
+    strict mode) without stopping the others.
+    """
+    outcome = Call()
+    caller = getattr(pm.hook, hook_name)
+    for impl in caller.get_hookimpls():  # registration order: core first, then entry points
+        owner = impl.plugin_name
+        if pm.get_plugin(owner) is None:
+            continue  # marked broken by an earlier impl in this loop
+        try:
+            if impl.hookwrapper or impl.wrapper:
+                raise pluggy.PluginValidationError(impl.plugin, f"{hook_name} cannot be a wrapper")
+            kwargs = make_kwargs(owner)
+            impl.function(**{k: kwargs[k] for k in impl.argnames})
+        except Exception as exc:
+            outcome.failed[owner] = exc
+            if isinstance(pm, MinisglPluginManager):
+                origin = pm.origins.get(owner) or Origin(owner, None, "-", "-", "extra")
+                pm.mark_broken(origin, exc)
+            else:
+                raise
+    return outcome
+
+
+def _register_into(reg: Registry[Any]) -> Any:
+    def make_kwargs(owner: str) -> dict[str, Any]:
+        def register(name: str, target: Any) -> None:
+            reg.add(name, target, owner)
+
+        return {"register": register}
+
+    return make_kwargs
+
+
+def collect(pm: pluggy.PluginManager) -> Registries:
+    """Call every ``minisgl_register_*`` hook impl by impl and return the filled registries.
+
+    Each name remembers the plugin that registered it. A plugin whose hook raises (or registers
+    something malformed) loses all its registrations and is marked broken.
+    """
+    regs = Registries.empty(hookspecs.ROLE_KINDS)
+
+    def roles_kwargs(owner: str) -> dict[str, Any]:
+        def register(kind: str, name: str, target: Any) -> None:
+            regs.roles.add(kind, name, target, owner)
+
+        return {"register": register}
+
+    hooks = [
+        ("minisgl_register_transports", _register_into(regs.transports)),
+        ("minisgl_register_frontends", _register_into(regs.frontends)),
+        ("minisgl_register_roles", roles_kwargs),
+        ("minisgl_register_models", _register_into(regs.models)),
+    ]
+    for hook_name, make_kwargs in hooks:
+        for owner in call_each(pm, hook_name, make_kwargs).failed:
+            regs.drop_owner(owner)
+    return regs
+
+
+@dataclass(frozen=True)
+class PluginRow:
+    """One line of ``minisgl plugins``."""
+
+    name: str
+    dist: str
+    version: str
+    provides: tuple[str, ...]
+    hooks: tuple[str, ...]
+    status: str  # "ok" or "broken: <error>"
+
+
+def describe(pm: MinisglPluginManager, regs: Registries, *, all: bool = False) -> list[PluginRow]:
+    """Rows for every plugin, broken ones included; the default plugins fold into one "core" row
+    unless ``all`` is true."""
+    provides = regs.provides()
+    problems: dict[str, str] = {}
+    for error, owners in regs.conflicts():
+        for owner in owners:
+            problems.setdefault(owner, f"conflict: {error}")
+    rows: list[PluginRow] = []
+    for name, origin in pm.origins.items():
+        plugin = pm.get_plugin(name)
+        hooks = sorted(c.name for c in pm.get_hookcallers(plugin) or [])
+        status = problems.get(name, "ok")
+        rows.append(PluginRow(name, origin.dist, origin.version, tuple(provides.get(name, [])),
+                              tuple(hooks), status))
+    for name, broken in pm.broken.items():
+        o = broken.origin
+        rows.append(PluginRow(name, o.dist, o.version, (), (), f"broken: {broken.error}"))
+    if not all:
+        core = [r for r in rows if r.name.startswith("core.") and r.dist == CORE_DIST]
+        if core:
+            bad = [f"{r.name}: {r.status}" for r in core if r.status != "ok"]
+            merged = PluginRow(
+                "core", CORE_DIST, __version__,
+                tuple(p for r in core for p in r.provides),
+                tuple(sorted({h for r in core for h in r.hooks})),
+                "; ".join(bad) if bad else "ok",
+            )
+            rows = [merged, *[r for r in rows if r not in core]]
+    return rows
+
+
+def summary(rows: Sequence[PluginRow]) -> str:
+    """One line for logs: ``plugins: core-0.1.0, transport_zmq-0.1.0, ...``."""
+    return "plugins: " + ", ".join(
+        f"{r.name}-{r.version}" + ("" if r.status == "ok" else " (broken)") for r in rows
+    )
