@@ -233,8 +233,11 @@ class Call:
     failed: dict[str, BaseException] = field(default_factory=dict)
 
 
-def call_each(pm: pluggy.PluginManager, hook_name: str, make_kwargs: Any) -> Call:
-    """Call every impl of ``hook_name`` on its own, ``make_kwargs(owner)`` giving its arguments.
+def call_each(
+    pm: pluggy.PluginManager, hook_name: str, make_kwargs: Any, after: Any = None
+) -> Call:
+    """Call every impl of ``hook_name`` on its own, ``make_kwargs(owner)`` giving its arguments;
+    ``after(owner, kwargs)``, if given, runs next and may raise to reject what the impl did.
 
     An impl that raises marks its plugin broken (unregistered, one stderr line; raises under
     strict mode) without stopping the others.
@@ -250,6 +253,8 @@ def call_each(pm: pluggy.PluginManager, hook_name: str, make_kwargs: Any) -> Cal
                 raise pluggy.PluginValidationError(impl.plugin, f"{hook_name} cannot be a wrapper")
             kwargs = make_kwargs(owner)
             impl.function(**{k: kwargs[k] for k in impl.argnames})
+            if after is not None:
+                after(owner, kwargs)
         except Exception as exc:
             outcome.failed[owner] = exc
             if isinstance(pm, MinisglPluginManager):

@@ -1,0 +1,295 @@
+"""The ``minisgl`` command: launch, plugins, config show, bench, and whatever plugins add."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import typer.main
+
+from minisgl_core import __version__
+from minisgl_core.config import ConfigError, LaunchConfig, load_config, to_json, to_toml
+from minisgl_core.plugins import (
+    MinisglPluginManager,
+    PluginLoadError,
+    PluginRow,
+    build_manager,
+    call_each,
+    collect,
+    describe,
+)
+from minisgl_core.registry import Registries, RegistryError
+
+EXIT_USAGE = 2  # bad names, bad config: nothing was started
+
+
+class Plugins:
+    """The plugin manager and registries one invocation uses, built on first need."""
+
+    def __init__(self, pm: MinisglPluginManager | None = None) -> None:
+        self._pm = pm
+        self._regs: Registries | None = None
+
+    @property
+    def pm(self) -> MinisglPluginManager:
+        if self._pm is None:
+            self._pm = build_manager()
+        return self._pm
+
+    @property
+    def regs(self) -> Registries:
+        if self._regs is None:
+            self._regs = collect(self.pm)
+        return self._regs
+
+    def rows(self, *, all: bool = False) -> list[PluginRow]:
+        return describe(self.pm, self.regs, all=all)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    """Print ``minisgl: error: message`` on stderr and return the Exit to raise."""
+    typer.echo(f"minisgl: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def lazy_entry(target: str, what: str) -> Callable[..., Any]:
+    """Import ``"module:attr"``; exit 1 with a clear message if ``module`` is not there yet."""
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            raise fail(f"{what} is not available yet ({module} is missing)", 1) from None
+        raise
+
+
+def _state(ctx: typer.Context) -> Plugins:
+    obj = ctx.find_object(Plugins)
+    if obj is None:  # a command invoked without the root callback (plugin tests)
+        obj = ctx.ensure_object(Plugins)
+    return obj
+
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("-c", "--config", envvar="MINISGL_CONFIG", help="TOML config file."),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("-s", "--set", metavar="KEY=VALUE", help="Override any key, e.g. -s port=9000."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _load(config: Path | None, flags: dict[str, Any], overrides: list[str] | None) -> LaunchConfig:
+    try:
+        return load_config(config, flags=flags, overrides=overrides or ())
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+def validate(cfg: LaunchConfig, regs: Registries) -> None:
+    """Raise RegistryError unless the selected transport and frontends can be used."""
+    for error, _owners in regs.conflicts():
+        raise error
+    regs.transports.get(cfg.transport)  # imports its target: a missing library shows up here
+    for name in cfg.frontends:
+        regs.frontends.check(name)
+    for name in cfg.frontends:
+        regs.frontends.get(name)
+
+
+def launch(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    transport: Annotated[str | None, typer.Option(help="Transport between processes.")] = None,
+    frontend: Annotated[
+        list[str] | None, typer.Option(help="Frontend(s) to serve: openai, grpc or both (a,b).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (OpenAI frontend).")] = None,
+    grpc_port: Annotated[int | None, typer.Option(help="gRPC port.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32, float16 or bfloat16.")] = None,
+    num_pages: Annotated[int | None, typer.Option(help="KV cache pages.")] = None,
+    page_size: Annotated[int | None, typer.Option(help="Tokens per KV page.")] = None,
+    max_seq_len_override: Annotated[int | None, typer.Option(help="Cap the context.")] = None,
+    api_key: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel ranks.")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
+    flags = {
+        "transport": transport, "frontends": ",".join(frontend) if frontend else None,
+        "model": model, "host": host, "port": port, "grpc_port": grpc_port, "dtype": dtype,
+        "num_pages": num_pages, "page_size": page_size,
+        "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
+    }
+    cfg = _load(config, flags, set_)
+    try:
+        validate(cfg, _state(ctx).regs)
+    except RegistryError as exc:
+        raise fail(str(exc)) from None
+    run = lazy_entry("minisgl_core.launcher:launch", "the service")
+    raise typer.Exit(int(run(cfg) or 0))
+
+
+def _table(rows: list[PluginRow]) -> str:
+    cells = [("name", "dist", "version", "provides", "status")]
+    cells += [(r.name, r.dist, r.version, " ".join(r.provides) or "-", r.status) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(4)]
+    return "\n".join(
+        "  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4] for c in cells
+    )
+
+
+def plugins(
+    ctx: typer.Context,
+    json_: JsonOpt = False,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 if any plugin is broken.")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="List the core's parts one by one.")] = False,
+    hook: Annotated[str | None, typer.Option(help="Only plugins implementing this hook.")] = None,
+) -> None:
+    """List installed plugins: distribution, version, what each provides, status."""
+    rows = _state(ctx).rows(all=all_)
+    if hook:
+        wanted = hook if hook.startswith("minisgl_") else f"minisgl_{hook}"
+        rows = [r for r in rows if wanted in r.hooks]
+    if json_:
+        keys = ("name", "dist", "version", "provides", "hooks", "status")
+        typer.echo(json.dumps([{k: getattr(r, k) for k in keys} for r in rows], indent=2))
+    else:
+        typer.echo(_table(rows))
+    if check and any(r.status != "ok" for r in rows):
+        raise typer.Exit(1)
+
+
+def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
+    """Print the merged config (defaults < file < MINISGL_* env < -s) as TOML or JSON."""
+    cfg = _load(config, {}, set_)
+    typer.echo(to_json(cfg) if json_ else to_toml(cfg), nl=json_)
+
+
+def bench_transport(
+    ctx: typer.Context,
+    transport: Annotated[list[str] | None, typer.Option(help="Only these (repeat).")] = None,
+    size: Annotated[list[int] | None, typer.Option(help="Message sizes in bytes (repeat).")] = None,
+    json_: JsonOpt = False,
+    duration: Annotated[float, typer.Option(help="Seconds per case.")] = 1.0,
+) -> None:
+    """Latency and throughput of every registered transport through the common interface."""
+    for name in transport or []:
+        try:
+            _state(ctx).regs.transports.check(name)
+        except RegistryError as exc:
+            raise fail(str(exc)) from None
+    run = lazy_entry("minisgl_core.bench.transport:main", "the transport benchmark")
+    run(transports=transport or None, sizes=size or None, json_lines=json_, duration=duration)
+
+
+def bench_offline(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    batch_size: Annotated[list[int] | None, typer.Option(help="Batch sizes (repeat).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
+    json_: JsonOpt = False,
+) -> None:
+    """Offline engine throughput (no server) for a few batch sizes."""
+    run = lazy_entry("minisgl_core.engine.bench:main", "the offline benchmark")
+    run(model=model, batch_sizes=batch_size or [1, 4, 16], max_tokens=max_tokens, json_lines=json_)
+
+
+def _version_text(state: Plugins) -> str:
+    lines = [f"minisgl {__version__}"]
+    for r in state.rows():
+        status = "" if r.status == "ok" else f"  [{r.status}]"
+        lines.append(f"  {r.name} ({r.dist} {r.version}){status}")
+    return "\n".join(lines)
+
+
+def _command_names(app: typer.Typer) -> set[str]:
+    group = typer.main.get_command(app)
+    return set(getattr(group, "commands", {}))
+
+
+def add_plugin_commands(app: typer.Typer, state: Plugins) -> None:
+    """Let each plugin add commands in isolation: one whose hook raises, whose commands cannot be
+    built, or that reuses a taken name is marked broken and leaves ``app`` as it was."""
+    taken = _command_names(app)
+
+    def stage(owner: str) -> dict[str, Any]:
+        scratch = typer.Typer()
+        scratch.callback()(_group_marker)  # a group even with one command, so names show
+        return {"app": scratch}
+
+    def commit(owner: str, kwargs: dict[str, Any]) -> None:
+        scratch: typer.Typer = kwargs["app"]
+        names = _command_names(scratch)  # raises if a command cannot be built
+        clash = names & taken
+        if clash:
+            raise ValueError(f"command {', '.join(sorted(clash))} already exists")
+        app.registered_commands.extend(scratch.registered_commands)
+        app.registered_groups.extend(scratch.registered_groups)
+        taken.update(names)
+
+    call_each(state.pm, "minisgl_register_commands", stage, after=commit)
+
+
+def _group_marker() -> None:
+    """Plugin commands."""
+
+
+def _show_version(ctx: typer.Context, value: bool) -> None:
+    if value:
+        typer.echo(_version_text(_state(ctx)))
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True,
+                     help="Show the versions of minisgl and its plugins."),
+    ] = False,
+) -> None:
+    """minisgl: a small, fast, plugin-based LLM server."""
+
+
+def make_app(
+    pm: MinisglPluginManager | None = None, *, plugin_commands: bool = True
+) -> typer.Typer:
+    """Build the ``minisgl`` app around ``pm`` (built on first need when None)."""
+    state = Plugins(pm)
+    app = typer.Typer(
+        name="minisgl", no_args_is_help=True, add_completion=False,
+        pretty_exceptions_enable=False, help="minisgl: a small, fast, plugin-based LLM server.",
+        context_settings={"obj": state},  # every command finds the manager as ctx.obj
+    )
+
+    app.callback()(_root)
+    app.command()(launch)
+    app.command()(plugins)
+    config_app = typer.Typer(no_args_is_help=True, help="Inspect the configuration.")
+    config_app.command("show")(config_show)
+    app.add_typer(config_app, name="config")
+    bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
+    bench_app.command("transport")(bench_transport)
+    bench_app.command("offline")(bench_offline)
+    app.add_typer(bench_app, name="bench")
+    if plugin_commands:
+        add_plugin_commands(app, state)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script ``minisgl``: build the plugin manager first, so plugin commands exist."""
+    try:
+        app = make_app(build_manager())
+    except PluginLoadError as exc:  # MINISGL_STRICT_PLUGINS=1 and a plugin is broken
+        typer.echo(f"minisgl: error: {exc}", err=True)
+        sys.exit(1)
+    app(args=argv, prog_name="minisgl")
