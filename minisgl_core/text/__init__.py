@@ -1,0 +1,1 @@
+"""Text roles of the service: tokenization and incremental, streaming detokenization."""

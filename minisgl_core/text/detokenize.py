@@ -1,0 +1,160 @@
+"""The detokenizer role: per-request incremental text from each scheduler step's token deltas."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from minisgl_core.messages import DetokenizeInfo, ErrorInfo, TextDelta, TokenBatch, TokenDelta
+from minisgl_core.text.incremental import Decode, IncrementalDetokenizer, StopCutter
+
+log = logging.getLogger(__name__)
+
+# How many finished request ids are remembered so that a late delta cannot re-create state.
+MAX_TOMBSTONES = 65536
+
+
+class _Request:
+    """One live request: where its text goes and how far it has been turned into text."""
+
+    __slots__ = ("owner", "detok", "stop", "unsent_ids")
+
+    def __init__(self, owner: str, detok: IncrementalDetokenizer, stop: StopCutter | None):
+        self.owner = owner
+        self.detok = detok
+        self.stop = stop
+        self.unsent_ids: list[int] = []  # ids not yet carried by any TextDelta
+
+
+class DetokenizerRole:
+    """Turns TokenBatches into TextDeltas grouped by owner (the frontend that gets them).
+
+    State for a request is created only by a delta that carries ``detokenize`` info, deleted on
+    its terminal delta (in ``finally``), and never re-created: deltas for unknown or finished ids
+    are dropped. Each request gets exactly one TextDelta with a finish_reason, and it is its last.
+    """
+
+    def __init__(self, model_dir: str | Path | None = None, *, tokenizer: Any = None,
+                 max_hold: int = 8, window: int = 16) -> None:
+        from minisgl_core.text.hf import eos_token_ids, load_tokenizer, raw_decoder
+
+        if tokenizer is None:
+            if model_dir is None:
+                raise ValueError("DetokenizerRole needs a model_dir or a tokenizer")
+            tokenizer = load_tokenizer(model_dir)
+        self.tokenizer = tokenizer
+        self._decoders: dict[bool, Decode] = {
+            skip: raw_decoder(tokenizer, skip) for skip in (True, False)}
+        # EOS ending a "stop" request is how it stopped, not text: never rendered.
+        self.eos_token_ids = eos_token_ids(tokenizer, model_dir)
+        self._max_hold, self._window = max_hold, window
+        self._states: dict[str, _Request] = {}
+        self._finished: dict[str, None] = {}  # ordered set of recently finished ids
+
+    def active_count(self) -> int:
+        """Requests with live state (0 when the service is idle)."""
+        return len(self._states)
+
+    def discard(self, request_id: str) -> bool:
+        """Forget a request without emitting anything; True if it was live."""
+        state = self._states.pop(request_id, None)
+        if state is not None:
+            self._tombstone(request_id)
+        return state is not None
+
+    def process(self, batch: TokenBatch) -> dict[str, list[TextDelta]]:
+        """Handle one scheduler step; return the TextDeltas to send, keyed by owner."""
+        out: dict[str, list[TextDelta]] = {}
+        states = self._states
+        for delta in batch.deltas:
+            rid = delta.request_id
+            state = states.get(rid)
+            if state is None:
+                if delta.detokenize is None or rid in self._finished:
+                    continue  # unknown or already finished: dropped, never resurrected
+                state = self._create(rid, delta.detokenize)
+            owner = state.owner
+            text_delta: TextDelta | None
+            if delta.finish_reason is None:
+                try:
+                    text_delta = self._step(state, delta)
+                except Exception as exc:  # never let one request take the process down
+                    text_delta = self._fail(rid, state, delta, exc)
+            else:
+                text_delta = self._finish(rid, state, delta)
+            if text_delta is not None:
+                out.setdefault(owner, []).append(text_delta)
+        return out
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _create(self, rid: str, info: DetokenizeInfo) -> _Request:
+        decode = self._decoders[info.skip_special_tokens]
+        try:
+            detok = IncrementalDetokenizer(decode, info.prompt_tail_ids, max_hold=self._max_hold,
+                                           window=self._window)
+        except Exception as exc:  # a seed the tokenizer cannot decode: start without context
+            log.warning("request %s: ignoring an undecodable prompt tail (%r)", rid, exc)
+            detok = IncrementalDetokenizer(decode, (), max_hold=self._max_hold,
+                                           window=self._window)
+        state = _Request(info.owner, detok, StopCutter(info.stop) if info.stop else None)
+        self._states[rid] = state
+        return state
+
+    def _text(self, state: _Request, token_ids: tuple[int, ...]) -> str:
+        if state.stop is not None and state.stop.matched is not None:
+            return ""  # the text ended at a stop string: later tokens are not rendered
+        text = state.detok.push(token_ids)
+        return state.stop.feed(text) if state.stop is not None and text else text
+
+    def _step(self, state: _Request, delta: TokenDelta) -> TextDelta | None:
+        text = self._text(state, delta.token_ids)
+        state.unsent_ids.extend(delta.token_ids)
+        if not text:
+            return None  # nothing to show yet; the ids ride on the next delta
+        ids = tuple(state.unsent_ids)
+        state.unsent_ids.clear()
+        return TextDelta(request_id=delta.request_id, text=text, token_ids=ids)
+
+    def _finish(self, rid: str, state: _Request, delta: TokenDelta) -> TextDelta:
+        text, error = "", delta.error
+        try:
+            render = delta.token_ids
+            if delta.finish_reason == "stop" and render and render[-1] in self.eos_token_ids:
+                render = render[:-1]
+            text = self._text(state, render)
+            stop = state.stop
+            if stop is None:
+                text += state.detok.finish()
+            elif stop.matched is None:
+                text += stop.feed(state.detok.finish()) + stop.flush()
+        except Exception as exc:
+            log.exception("detokenizing the end of request %s failed", rid)
+            if error is None:
+                error = ErrorInfo(f"detokenization failed: {type(exc).__name__}", "server_error")
+        finally:
+            self._states.pop(rid, None)
+            self._tombstone(rid)
+        return TextDelta(request_id=rid, text=text,
+                         token_ids=(*state.unsent_ids, *delta.token_ids),
+                         finish_reason=delta.finish_reason, prompt_tokens=delta.prompt_tokens,
+                         completion_tokens=delta.completion_tokens,
+                         cached_tokens=delta.cached_tokens, error=error)
+
+    def _fail(self, rid: str, state: _Request, delta: TokenDelta, exc: Exception) -> TextDelta:
+        """End a request the detokenizer cannot handle: one terminal error delta, state gone."""
+        log.error("detokenizing request %s failed: %r", rid, exc)
+        self._states.pop(rid, None)
+        self._tombstone(rid)
+        return TextDelta(request_id=rid, token_ids=(*state.unsent_ids, *delta.token_ids),
+                         finish_reason="error",
+                         prompt_tokens=delta.prompt_tokens,
+                         completion_tokens=delta.completion_tokens,
+                         error=ErrorInfo("detokenization failed", "server_error"))
+
+    def _tombstone(self, rid: str) -> None:
+        finished = self._finished
+        finished[rid] = None
+        if len(finished) > MAX_TOMBSTONES:
+            del finished[next(iter(finished))]

@@ -1,0 +1,150 @@
+"""The tokenizer role: prompt text, chat messages or token ids -> a TokenizedRequest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from minisgl_core.messages import (
+    DetokenizeInfo,
+    ErrorInfo,
+    GenerateRequest,
+    SamplingParams,
+    TokenizedRequest,
+)
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+# Prompt ids handed to the detokenizer as context for the first output token (its leading space).
+PROMPT_TAIL = 6
+# Longest piece of user input an error message may quote.
+QUOTE_LIMIT = 40
+
+
+class RequestError(Exception):
+    """A request that cannot be served as sent; becomes ``TokenizedRequest.error``."""
+
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.info = ErrorInfo(message=message, type="invalid_request_error", code=code,
+                              param=param)
+
+
+def _quote(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= QUOTE_LIMIT else text[: QUOTE_LIMIT - 3] + "..."
+
+
+class TokenizerRole:
+    """Tokenizes requests with the model's HF tokenizer and chat template, in one thread.
+
+    ``tokenize`` never raises: a request that cannot be served comes back with ``error`` set
+    and empty ``prompt_ids``, for the scheduler to reject at once.
+    """
+
+    def __init__(self, model_dir: str | Path, max_context: int, vocab_size: int | None = None,
+                 *, tokenizer: Any = None) -> None:
+        from minisgl_core.text.hf import eos_token_ids, load_tokenizer
+
+        if max_context < 2:
+            raise ValueError(f"max_context must be at least 2, got {max_context}")
+        self.model_dir = Path(model_dir)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_dir)
+        self.max_context = int(max_context)
+        self.vocab_size = int(vocab_size) if vocab_size is not None else len(self.tokenizer)
+        self.eos_token_ids: frozenset[int] = eos_token_ids(self.tokenizer, model_dir)
+        self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+
+    def tokenize(self, req: GenerateRequest) -> TokenizedRequest:
+        """Turn one GenerateRequest into a TokenizedRequest (with ``error`` set if it is bad)."""
+        info = DetokenizeInfo(owner=req.owner, stop=req.sampling.stop,
+                              skip_special_tokens=req.sampling.skip_special_tokens)
+        try:
+            ids, param = self._prompt_ids(req)
+            self._check_length(len(ids), req.sampling, param)
+        except RequestError as exc:
+            return self._reject(req, info, exc.info)
+        except Exception as exc:  # a tokenizer bug must not take the process down
+            return self._reject(req, info, ErrorInfo(
+                f"tokenization failed: {type(exc).__name__}", "server_error"))
+        tail = ids[-PROMPT_TAIL:]
+        info = DetokenizeInfo(owner=req.owner, prompt_tail_ids=tail, stop=req.sampling.stop,
+                              skip_special_tokens=req.sampling.skip_special_tokens)
+        return TokenizedRequest(request_id=req.request_id, prompt_ids=ids, sampling=req.sampling,
+                                detokenize=info, arrival_time=req.arrival_time)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _reject(self, req: GenerateRequest, info: DetokenizeInfo,
+                error: ErrorInfo) -> TokenizedRequest:
+        return TokenizedRequest(request_id=req.request_id, prompt_ids=(), sampling=req.sampling,
+                                detokenize=info, arrival_time=req.arrival_time, error=error)
+
+    def _prompt_ids(self, req: GenerateRequest) -> tuple[tuple[int, ...], str]:
+        given = [name for name in ("prompt", "messages", "token_ids")
+                 if getattr(req, name) is not None]
+        if len(given) != 1:
+            raise RequestError("exactly one of prompt, messages or token_ids must be given, "
+                               f"got {', '.join(given) or 'none'}", param="prompt")
+        if req.prompt is not None:
+            if not req.prompt:
+                raise RequestError("the prompt is empty", param="prompt")
+            ids = tuple(self.tokenizer.encode(req.prompt, add_special_tokens=True))
+            if not ids:
+                raise RequestError("the prompt has no tokens", param="prompt")
+            return ids, "prompt"
+        if req.messages is not None:
+            return self._chat_ids(req), "messages"
+        return self._check_ids(req.token_ids or ()), "prompt"
+
+    def _chat_ids(self, req: GenerateRequest) -> tuple[int, ...]:
+        messages = req.messages or ()
+        if not messages:
+            raise RequestError("messages must not be empty", param="messages")
+        for i, message in enumerate(messages):
+            if message.role not in CHAT_ROLES:
+                raise RequestError(f"messages[{i}].role {_quote(message.role)} is not supported; "
+                                   f"use one of {', '.join(CHAT_ROLES)}",
+                                   param=f"messages[{i}].role")
+        if not self.has_chat_template:
+            raise RequestError("this model has no chat template; send a prompt instead",
+                               param="messages")
+        conversation = [{"role": m.role, "content": m.content} for m in messages]
+        try:
+            text = self.tokenizer.apply_chat_template(conversation, tokenize=False,
+                                                      add_generation_prompt=True)
+        except Exception as exc:  # jinja errors, raise_exception() in the template
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RequestError(f"the chat template rejected the messages: {reason[:200]}",
+                               param="messages") from None
+        # The template writes the special tokens (BOS...) itself.
+        ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+        if not ids:
+            raise RequestError("the chat template produced an empty prompt", param="messages")
+        return ids
+
+    def _check_ids(self, token_ids: tuple[int, ...]) -> tuple[int, ...]:
+        if not token_ids:
+            raise RequestError("the prompt has no tokens", param="prompt")
+        vocab = self.vocab_size
+        for i, tid in enumerate(token_ids):
+            if not 0 <= tid < vocab:
+                raise RequestError(f"token id {_quote(tid)} at position {i} is outside the "
+                                   f"vocabulary [0, {vocab})", param="prompt")
+        return tuple(token_ids)
+
+    def _check_length(self, n: int, sampling: SamplingParams, param: str) -> None:
+        limit = self.max_context
+        where = "messages" if param == "messages" else "prompt"
+        if n >= limit:
+            detail = (f"your {where} has {n} tokens" if n > limit else
+                      f"your {where} has {n} tokens, which leaves no room for the completion")
+            raise RequestError(f"This model's maximum context length is {limit} tokens. "
+                               f"However, {detail}. Please reduce the length of the {where}.",
+                               code="context_length_exceeded", param=param)
+        max_tokens = sampling.max_tokens
+        if max_tokens is not None and n + max_tokens > limit:
+            raise RequestError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{n + max_tokens} tokens ({n} in the {where}, {max_tokens} in the completion). "
+                f"Please reduce the length of the {where} or max_tokens.",
+                code="context_length_exceeded", param="max_tokens")
