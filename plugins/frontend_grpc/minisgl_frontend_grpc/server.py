@@ -1,0 +1,192 @@
+"""GrpcFrontend: the minisgl.v1.Generator service on grpc.aio, with health and reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from minisgl_core.client import EngineClient, EngineOverloaded, EngineUnavailable
+from minisgl_core.messages import TextDelta
+from minisgl_frontend_grpc.codegen import load_stubs
+from minisgl_frontend_grpc.convert import RequestError, status_for_error, to_core_request
+
+pb2, pb2_grpc = load_stubs()
+
+log = logging.getLogger("minisgl.frontend.grpc")
+
+SERVICE_NAME: str = pb2.DESCRIPTOR.services_by_name["Generator"].full_name  # minisgl.v1.Generator
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 50051
+SERVER_OPTIONS = (
+    # grpc turns SO_REUSEPORT on by default: a second server would bind the same port silently
+    ("grpc.so_reuseport", 0),
+    # tolerate client keepalive pings during long generations
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
+
+
+class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-defined]
+    """Generate and ListModels over an EngineClient."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self._client = client
+
+    async def ListModels(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """The one served model."""
+        model = pb2.Model(id=self._client.model_name, max_context=self._client.max_context)
+        return pb2.ListModelsResponse(models=[model])
+
+    async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        """Stream one GenerateResponse per TextDelta; errors end the call with a status code.
+
+        A client cancel or deadline reaches this coroutine only as CancelledError (and
+        ``context.cancelled()`` is unreliable), so the engine stream is closed in ``finally``:
+        closing it early aborts the request in the scheduler.
+        """
+        try:
+            core = to_core_request(request, model_name=self._client.model_name,
+                                   owner=self._client.frontend_id)
+        except RequestError as exc:
+            await context.abort(exc.code, exc.message)
+            return  # not reached: abort raises
+        rid = core.request_id
+        stream = self._client.generate(core)
+        finished = False
+        try:
+            async for delta in stream:
+                if delta.finish_reason is not None:
+                    finished = True
+                    await self._finish(rid, delta, context)
+                    return
+                if delta.text or delta.token_ids:  # skip empty deltas: they say nothing
+                    await context.write(pb2.GenerateResponse(
+                        request_id=rid, text=delta.text, token_ids=delta.token_ids))
+            finished = True  # the engine ended the stream without a terminal delta: a bug
+            await context.abort(grpc.StatusCode.INTERNAL,
+                                f"request {rid}: the engine stream ended without a finish reason")
+        except EngineUnavailable as exc:
+            finished = True
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc) or "engine unavailable")
+        except EngineOverloaded as exc:
+            finished = True
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc) or "overloaded")
+        except ValueError as exc:  # e.g. a request id that is already in flight
+            finished = True
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            await _close(stream, self._client, rid, aborted=not finished)
+
+    async def _finish(self, rid: str, delta: TextDelta, context: grpc.aio.ServicerContext) -> None:
+        if delta.error is not None:
+            await context.abort(status_for_error(delta.error), delta.error.message)
+        if delta.finish_reason not in ("stop", "length"):  # "abort" / "error" without details
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"request {rid} was ended by the engine ({delta.finish_reason})")
+        usage = pb2.Usage(prompt_tokens=delta.prompt_tokens,
+                          completion_tokens=delta.completion_tokens)
+        await context.write(pb2.GenerateResponse(
+            request_id=rid, text=delta.text, token_ids=delta.token_ids,
+            finish_reason=delta.finish_reason, usage=usage))
+
+
+async def _close(stream: AsyncIterator[TextDelta], client: EngineClient, rid: str, *,
+                 aborted: bool) -> None:
+    """Close the engine stream; if it cannot be closed, abort the request explicitly."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    elif aborted:
+        await client.abort(rid)
+
+
+class GrpcFrontend:
+    """The gRPC frontend: ``serve()`` until ``shutdown()``.
+
+    Options (the ``[frontends.grpc]`` table): ``host`` and ``port`` override ``config.host`` /
+    ``config.grpc_port`` (port 0 picks a free one, see ``bound_port``); ``grace_s`` (5.0) is how
+    long shutdown lets in-flight calls finish; ``health_interval_s`` (0.5) how often the health
+    status follows ``client.healthy()``.
+    """
+
+    def __init__(self, client: EngineClient, config: Any, options: Mapping[str, Any]) -> None:
+        self._client = client
+        self.host = str(options.get("host") or getattr(config, "host", None) or DEFAULT_HOST)
+        port = options.get("port", getattr(config, "grpc_port", DEFAULT_PORT))
+        self.port = int(DEFAULT_PORT if port is None else port)
+        self.grace_s = float(options.get("grace_s", 5.0))
+        self.health_interval_s = float(options.get("health_interval_s", 0.5))
+        self.bound_port: int | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._health_task: asyncio.Task[None] | None = None
+        self._serving: bool | None = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as a client dials it (the bound port once started)."""
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port if self.bound_port is None else self.bound_port}"
+
+    async def start(self) -> None:
+        """Bind and start the server; raises RuntimeError when the port is taken."""
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        pb2_grpc.add_GeneratorServicer_to_server(GeneratorServicer(self._client), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        try:
+            self.bound_port = server.add_insecure_port(self.address)
+        except RuntimeError as exc:
+            raise RuntimeError(f"gRPC frontend cannot bind {self.address}: {exc}") from exc
+        await server.start()
+        self._server = server
+        await self._update_health()
+        self._health_task = asyncio.get_running_loop().create_task(self._follow_health())
+        log.info("gRPC frontend listening on %s", self.address)
+
+    async def serve(self) -> None:
+        """Start (if not yet started) and serve until ``shutdown``."""
+        if self._server is None:
+            await self.start()
+        assert self._server is not None
+        try:
+            await self._server.wait_for_termination()
+        finally:
+            await self._stop_health_task()
+
+    async def shutdown(self) -> None:
+        """Report NOT_SERVING, let in-flight calls finish for ``grace_s``, then stop."""
+        await self._health.enter_graceful_shutdown()
+        await self._stop_health_task()
+        if self._server is not None:
+            await self._server.stop(self.grace_s)
+
+    async def _update_health(self) -> None:
+        serving = self._client.healthy()
+        if serving == self._serving:
+            return
+        self._serving = serving
+        status = (health_pb2.HealthCheckResponse.SERVING if serving
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in ("", SERVICE_NAME):  # "" is the server as a whole
+            await self._health.set(name, status)
+
+    async def _follow_health(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            await self._update_health()
+
+    async def _stop_health_task(self) -> None:
+        task, self._health_task = self._health_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
