@@ -19,6 +19,10 @@ class MessageTooLarge(ValueError):
     """A message exceeds the channel's max_message_bytes; it was never put on the wire."""
 
 
+class AddressInUse(OSError):
+    """A bind to an endpoint that a live channel (in any process) already has bound."""
+
+
 @runtime_checkable
 class Sender(Protocol):
     """The sending end of a push or pub channel. Used by one thread or one event loop."""
