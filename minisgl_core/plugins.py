@@ -62,6 +62,14 @@ class MinisglPluginManager(pluggy.PluginManager):
         self.origins: dict[str, Origin] = {}
         self.broken: dict[str, Broken] = {}
 
+    def origin(self, name: str) -> Origin:
+        """Where plugin ``name`` came from (plain ``register()`` calls count as "extra")."""
+        if name in self.origins:
+            return self.origins[name]
+        plugin = self.get_plugin(name)
+        module = plugin.__name__ if isinstance(plugin, ModuleType) else None
+        return Origin(name, module, "-", "-", "extra")
+
     def mark_broken(self, origin: Origin, exc: BaseException) -> None:
         """Unregister the plugin if needed, remember why, say so on stderr (or raise if strict)."""
         if self.get_plugin(origin.name) is not None:
@@ -258,8 +266,7 @@ def call_each(
         except Exception as exc:
             outcome.failed[owner] = exc
             if isinstance(pm, MinisglPluginManager):
-                origin = pm.origins.get(owner) or Origin(owner, None, "-", "-", "extra")
-                pm.mark_broken(origin, exc)
+                pm.mark_broken(pm.origin(owner), exc)
             else:
                 raise
     return outcome
@@ -322,8 +329,10 @@ def describe(pm: MinisglPluginManager, regs: Registries, *, all: bool = False) -
         for owner in owners:
             problems.setdefault(owner, f"conflict: {error}")
     rows: list[PluginRow] = []
-    for name, origin in pm.origins.items():
-        plugin = pm.get_plugin(name)
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue  # blocked name
+        origin = pm.origin(name)
         hooks = sorted(c.name for c in pm.get_hookcallers(plugin) or [])
         status = problems.get(name, "ok")
         rows.append(PluginRow(name, origin.dist, origin.version, tuple(provides.get(name, [])),
