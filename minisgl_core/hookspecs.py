@@ -68,7 +68,8 @@ def minisgl_register_roles(register: RoleRegister) -> None:
     """Add role implementations: ``register("tokenizer", "hf", "pkg.tok:HFTokenizer")``.
 
     ``kind`` is "tokenizer", "detokenizer" or "scheduler". Called in every process; the process
-    that runs a role calls its factory with the ``LaunchConfig``. The return value is ignored.
+    that runs a role calls its factory with its ``minisgl_core.runtime.spec.WorkerSpec`` (config,
+    model directory, endpoints). The return value is ignored.
     """
 
 
