@@ -1,4 +1,7 @@
-"""minisgl plugin: the OpenAI-compatible HTTP frontend (registers nothing yet)."""
+"""minisgl plugin: the OpenAI-compatible HTTP frontend (FastAPI + uvicorn), registered as "openai".
+
+Light on purpose: FastAPI and uvicorn are imported only when the frontend is built.
+"""
 
 from __future__ import annotations
 
@@ -8,4 +11,5 @@ from minisgl_core.hookspecs import Register
 
 @hookimpl
 def minisgl_register_frontends(register: Register) -> None:
-    """The "openai" frontend will be registered here once it exists."""
+    """Register the "openai" frontend (``OpenAIFrontend(client, config, options)``)."""
+    register("openai", "minisgl_frontend_openai.server:OpenAIFrontend")

@@ -1,0 +1,121 @@
+"""/metrics in the Prometheus text format: worker gauges plus counters and latency histograms
+measured by this frontend for every request it served."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+FINISH_REASONS = ("stop", "length", "abort", "error")
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+# always exported (NaN until the workers report them), with their help text
+ENGINE_GAUGES = {
+    "requests_running": "Requests in the scheduler's running batch.",
+    "requests_waiting": "Requests queued in the scheduler, not yet admitted.",
+    "kv_pages_total": "KV cache pages in the pool.",
+    "kv_pages_free": "KV cache pages on the free list.",
+}
+_OWNED = {"minisgl_prompt_tokens_total", "minisgl_generation_tokens_total",
+          "minisgl_requests_finished_total", "minisgl_time_to_first_token_seconds",
+          "minisgl_time_per_output_token_seconds", "minisgl_frontend_requests_inflight"}
+
+
+class Histogram:
+    """A fixed-bucket histogram (cumulated at render time, as Prometheus wants)."""
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last slot is (largest bucket, +Inf)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        """Add one observation."""
+        slot = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
+        self.counts[slot] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str) -> list[str]:
+        """The ``_bucket``/``_sum``/``_count`` sample lines."""
+        out, running = [], 0
+        for bound, n in zip((*self.buckets, math.inf), self.counts, strict=True):
+            running += n
+            out.append(f'{name}_bucket{{le="{_fmt(bound)}"}} {running}')
+        out += [f"{name}_sum {_fmt(self.sum)}", f"{name}_count {self.count}"]
+        return out
+
+
+class FrontendMetrics:
+    """Counters and histograms the frontend keeps per engine request (one per choice)."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished = dict.fromkeys(FINISH_REASONS, 0)
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.tpot = Histogram(TPOT_BUCKETS)
+        self.inflight = 0  # engine requests this frontend is streaming right now
+
+    def record_finish(self, reason: str, *, prompt_tokens: int, completion_tokens: int,
+                      ttft: float | None, tpot: float | None) -> None:
+        """Account one finished engine request."""
+        self.finished[reason] = self.finished.get(reason, 0) + 1
+        self.prompt_tokens += prompt_tokens
+        self.generation_tokens += completion_tokens
+        if ttft is not None:
+            self.ttft.observe(ttft)
+        if tpot is not None:
+            self.tpot.observe(tpot)
+
+    def render(self, engine: Mapping[str, float]) -> str:
+        """The whole exposition: engine gauges first, then this frontend's own series."""
+        out: list[str] = []
+        for key, help_text in ENGINE_GAUGES.items():
+            _family(out, f"minisgl_{key}", "gauge", help_text,
+                    [f"minisgl_{key} {_fmt(engine.get(key, math.nan))}"])
+        for key in sorted(engine):
+            name = "minisgl_" + re.sub(r"[^a-zA-Z0-9_]", "_", key.removeprefix("minisgl_"))
+            if key in ENGINE_GAUGES or name in _OWNED:
+                continue
+            kind = "counter" if name.endswith("_total") else "gauge"
+            _family(out, name, kind, f"Reported by the engine workers ({key}).",
+                    [f"{name} {_fmt(engine[key])}"])
+        _family(out, "minisgl_prompt_tokens_total", "counter", "Prompt tokens of served requests.",
+                [f"minisgl_prompt_tokens_total {self.prompt_tokens}"])
+        _family(out, "minisgl_generation_tokens_total", "counter",
+                "Generated tokens of served requests.",
+                [f"minisgl_generation_tokens_total {self.generation_tokens}"])
+        _family(out, "minisgl_requests_finished_total", "counter",
+                "Finished engine requests by finish reason.",
+                [f'minisgl_requests_finished_total{{reason="{r}"}} {n}'
+                 for r, n in self.finished.items()])
+        _family(out, "minisgl_frontend_requests_inflight", "gauge",
+                "Engine requests this frontend is waiting on.",
+                [f"minisgl_frontend_requests_inflight {self.inflight}"])
+        _family(out, "minisgl_time_to_first_token_seconds", "histogram",
+                "Time from arrival at the frontend to the first generated token.",
+                self.ttft.lines("minisgl_time_to_first_token_seconds"))
+        _family(out, "minisgl_time_per_output_token_seconds", "histogram",
+                "Mean time between generated tokens after the first, per request.",
+                self.tpot.lines("minisgl_time_per_output_token_seconds"))
+        return "\n".join(out) + "\n"
+
+
+def _family(out: list[str], name: str, kind: str, help_text: str, samples: list[str]) -> None:
+    out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
+
+
+def _fmt(value: float) -> str:
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)

@@ -1,0 +1,88 @@
+"""The JSON shapes of OpenAI responses and stream chunks, for chat and text completions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from minisgl_frontend_openai.generation import ChoiceState, Usage
+
+
+class CompletionFormat:
+    """``text_completion`` objects: one for the whole answer, or one per stream chunk."""
+
+    object_name = "text_completion"
+    chunk_object_name = "text_completion"
+
+    def __init__(self, *, response_id: str, model: str, created: int,
+                 include_usage: bool) -> None:
+        self.response_id = response_id
+        self.model = model
+        self.created = created
+        self.include_usage = include_usage
+
+    def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        out = {"id": self.response_id, "object": obj, "created": self.created,
+               "model": self.model, "system_fingerprint": None, "choices": choices}
+        if self.include_usage:
+            out["usage"] = None  # every chunk but the last carries an explicit null
+        return out
+
+    def _chunk_choice(self, index: int, text: str, reason: str | None) -> dict[str, Any]:
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+
+    def first_chunks(self, n: int) -> list[dict[str, Any]]:
+        """Chunks sent before any text (none for text completions)."""
+        return []
+
+    def text_chunk(self, index: int, text: str) -> dict[str, Any]:
+        """A non-final chunk with new text (``finish_reason: null``)."""
+        return self._envelope(self.chunk_object_name, [self._chunk_choice(index, text, None)])
+
+    def final_chunk(self, index: int, reason: str) -> dict[str, Any]:
+        """The one chunk per choice that carries its finish reason."""
+        return self._envelope(self.chunk_object_name, [self._final_choice(index, reason)])
+
+    def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
+        return self._chunk_choice(index, "", reason)
+
+    def usage_chunk(self, usage: Usage) -> dict[str, Any]:
+        """The extra last chunk for ``stream_options.include_usage``: no choices, the usage."""
+        out = self._envelope(self.chunk_object_name, [])
+        out["usage"] = usage.as_dict()
+        return out
+
+    def full(self, choices: Sequence[ChoiceState], usage: Usage) -> dict[str, Any]:
+        """The non-streaming response."""
+        out = self._envelope(self.object_name,
+                             [self._full_choice(i, c) for i, c in enumerate(choices)])
+        out["usage"] = usage.as_dict()
+        return out
+
+    def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
+        return {"index": index, "text": "".join(choice.text), "logprobs": None,
+                "finish_reason": choice.finish_reason}
+
+
+class ChatFormat(CompletionFormat):
+    """``chat.completion`` / ``chat.completion.chunk`` objects."""
+
+    object_name = "chat.completion"
+    chunk_object_name = "chat.completion.chunk"
+
+    def _chunk_choice(self, index: int, text: str, reason: str | None) -> dict[str, Any]:
+        return {"index": index, "delta": {"content": text}, "logprobs": None,
+                "finish_reason": reason}
+
+    def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
+        return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
+
+    def first_chunks(self, n: int) -> list[dict[str, Any]]:
+        """One chunk per choice announcing the assistant role, with empty content."""
+        return [self._envelope(self.chunk_object_name, [
+            {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+             "finish_reason": None}]) for i in range(n)]
+
+    def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
+        return {"index": index, "message": {"role": "assistant", "content": "".join(choice.text)},
+                "logprobs": None, "finish_reason": choice.finish_reason}

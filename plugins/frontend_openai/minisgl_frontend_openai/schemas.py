@@ -1,0 +1,292 @@
+"""Request bodies of the OpenAI routes: strict validation and the mapping to SamplingParams.
+
+Every sampling parameter is either mapped onto ``SamplingParams`` or rejected with a 400; unknown
+extra fields are ignored (like vLLM), except known sampling-relevant ones this server does not
+implement, which are rejected unless they carry their neutral value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from minisgl_core.messages import ChatMessage, SamplingParams
+from minisgl_frontend_openai.errors import APIError, bad_request
+
+MAX_N = 16  # choices per prompt
+MAX_STOP = 16  # stop strings per request
+MAX_PROMPTS = 64  # prompts in one /v1/completions call
+MAX_CHOICES = 64  # prompts x n
+MAX_TOKEN_ID = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+Count = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+
+_CHAT_ROLES = {"system": "system", "developer": "system", "user": "user",
+               "assistant": "assistant"}
+
+
+def _none(v: Any) -> bool:
+    return v is None
+
+
+def _off(v: Any) -> bool:
+    return v is None or v is False
+
+
+def _zero(v: Any) -> bool:
+    return v is None or (type(v) is int and v == 0)
+
+
+def _empty(v: Any) -> bool:
+    return v is None or v in ({}, [], "")
+
+
+# name -> "this value is neutral"; any other value is a 400 rather than a silent no-op
+UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
+    "logprobs": _off, "top_logprobs": _zero, "prompt_logprobs": _none, "logit_bias": _empty,
+    "response_format": lambda v: v is None or v == {"type": "text"},
+    "tools": _empty, "tool_choice": lambda v: v is None or v == "none", "functions": _empty,
+    "function_call": lambda v: v is None or v == "none", "echo": _off, "suffix": _empty,
+    "min_tokens": _zero, "prediction": _none, "audio": _none,
+    "modalities": lambda v: v is None or v == ["text"], "reasoning_effort": _none,
+    "web_search_options": _none, "use_beam_search": _off, "include_stop_str_in_output": _off,
+    "length_penalty": lambda v: v is None or v == 1, "logits_processors": _empty,
+    "guided_json": _none, "guided_regex": _none, "guided_choice": _none, "guided_grammar": _none,
+    "structured_outputs": _none, "regex": _none, "ebnf": _none, "json_schema": _none,
+    "add_generation_prompt": lambda v: v is None or v is True, "continue_final_message": _off,
+    "chat_template": _none, "chat_template_kwargs": _empty,
+}
+
+
+class _Strict(BaseModel):
+    # strict: a string where a number belongs is a 400, not a silent coercion
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class StreamOptions(_Strict):
+    """``stream_options``: only ``include_usage`` is implemented."""
+
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
+
+
+class _GenerationRequest(_Strict):
+    """Fields shared by /v1/chat/completions and /v1/completions."""
+
+    model: str | None = None
+    max_tokens: Count | None = None
+    max_completion_tokens: Count | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: Annotated[int, Field(ge=-1, le=MAX_TOKEN_ID)] | None = None
+    min_p: float | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+    best_of: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[TokenId] | None = None
+    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    ignore_eos: bool | None = None
+    skip_special_tokens: bool | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+    @property
+    def choices_per_prompt(self) -> int:
+        return self.n or 1
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def check(self) -> None:
+        """Reject unsupported and inconsistent parameters (400)."""
+        for name, value in (self.model_extra or {}).items():
+            neutral = UNSUPPORTED.get(name)
+            if neutral is not None and not neutral(value):
+                raise bad_request(f"'{name}' is not supported by this server", param=name,
+                                  code="unsupported_parameter")
+        if self.best_of is not None and self.best_of != self.choices_per_prompt:
+            raise bad_request("'best_of' other than n is not supported", param="best_of",
+                              code="unsupported_parameter")
+        if self.stream_options is not None:
+            if not self.stream:
+                raise bad_request("'stream_options' is only allowed when 'stream' is true",
+                                  param="stream_options")
+            if self.stream_options.continuous_usage_stats:
+                raise bad_request("'stream_options.continuous_usage_stats' is not supported",
+                                  param="stream_options", code="unsupported_parameter")
+        if isinstance(self.stop, list) and len(self.stop) > MAX_STOP:
+            raise bad_request(f"at most {MAX_STOP} stop strings are allowed, got {len(self.stop)}",
+                              param="stop")
+
+    def sampling(self, max_context: int) -> SamplingParams:
+        """The SamplingParams for choice 0 (see ``for_choice`` for the others)."""
+        max_tokens, param = self.max_tokens, "max_tokens"
+        if self.max_completion_tokens is not None:
+            if max_tokens is not None and max_tokens != self.max_completion_tokens:
+                raise bad_request("'max_tokens' and 'max_completion_tokens' disagree; send one",
+                                  param="max_completion_tokens")
+            max_tokens, param = self.max_completion_tokens, "max_completion_tokens"
+        if max_tokens is not None and max_context > 0 and max_tokens >= max_context:
+            raise bad_request(f"{param} ({max_tokens}) must be less than the model's context "
+                              f"length ({max_context} tokens)", param=param,
+                              code="context_length_exceeded")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        values: dict[str, Any] = {
+            "max_tokens": max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+            # top_k = -1 is the common "disabled" spelling; minisgl spells it 0
+            "top_k": 0 if self.top_k == -1 else self.top_k, "min_p": self.min_p,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "repetition_penalty": self.repetition_penalty, "seed": self.seed, "stop": stop,
+            "stop_token_ids": tuple(self.stop_token_ids or ()), "ignore_eos": self.ignore_eos,
+            "skip_special_tokens": self.skip_special_tokens,
+        }
+        kwargs = {k: v for k, v in values.items() if v is not None or k == "max_tokens"}
+        try:
+            return SamplingParams(**kwargs)
+        except ValueError as exc:
+            message = str(exc)
+            field = message.split(" ", 1)[0]
+            raise bad_request(message, param=param if field == "max_tokens" else
+                              (field if field in values else None)) from None
+
+
+def for_choice(sampling: SamplingParams, index: int) -> SamplingParams:
+    """Choice ``index`` of n: same parameters, and seed + index so seeded choices differ."""
+    if index == 0 or sampling.seed is None:
+        return sampling
+    seed = (sampling.seed + index - INT64_MIN) % 2**64 + INT64_MIN
+    return msgspec.structs.replace(sampling, seed=seed)
+
+
+class ContentPart(_Strict):
+    """One part of a message's content array; only text parts are supported."""
+
+    type: str
+    text: str | None = None
+
+
+class Message(_Strict):
+    """One chat message (extra fields such as ``name`` are accepted and ignored)."""
+
+    role: str
+    content: str | list[ContentPart] | None = None
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    """POST /v1/chat/completions."""
+
+    messages: list[Message]
+
+    def chat_messages(self) -> tuple[ChatMessage, ...]:
+        """The conversation as minisgl ChatMessages (content parts joined by newlines)."""
+        if not self.messages:
+            raise bad_request("'messages' must not be empty", param="messages")
+        out = []
+        for i, msg in enumerate(self.messages):
+            role = _CHAT_ROLES.get(msg.role)
+            if role is None:
+                raise bad_request(f"messages[{i}].role '{msg.role[:40]}' is not supported "
+                                  f"(use system, developer, user or assistant)",
+                                  param=f"messages.{i}.role")
+            out.append(ChatMessage(role=role, content=_content_text(msg.content, i)))
+        return tuple(out)
+
+
+def _content_text(content: str | list[ContentPart] | None, i: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise bad_request(f"messages[{i}]: content part type '{part.type[:40]}' is not "
+                              f"supported (only 'text')", param=f"messages.{i}.content",
+                              code="unsupported_parameter")
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+Prompt = str | tuple[int, ...]
+
+
+class CompletionRequest(_GenerationRequest):
+    """POST /v1/completions."""
+
+    prompt: Any
+
+    def prompts(self) -> list[Prompt]:
+        """A string, a list of strings, token ids, or a list of token-id lists -> prompts."""
+        p = self.prompt
+        if isinstance(p, str):
+            items: list[Prompt] = [p]
+        elif isinstance(p, list) and p and all(_is_token(t) for t in p):
+            items = [tuple(p)]
+        elif isinstance(p, list) and p and all(isinstance(s, str) for s in p):
+            items = list(p)
+        elif isinstance(p, list) and p and all(
+                isinstance(ids, list) and all(_is_token(t) for t in ids) for ids in p):
+            items = [tuple(ids) for ids in p]
+        else:
+            raise bad_request("'prompt' must be a string, a list of strings, a list of token ids "
+                              f"(0..{MAX_TOKEN_ID}) or a list of token-id lists", param="prompt")
+        if len(items) > MAX_PROMPTS:
+            raise bad_request(f"at most {MAX_PROMPTS} prompts are allowed, got {len(items)}",
+                              param="prompt")
+        if any(len(item) == 0 for item in items):
+            raise bad_request("prompts must not be empty", param="prompt")
+        if len(items) * self.choices_per_prompt > MAX_CHOICES:
+            raise bad_request(f"prompts x n must be at most {MAX_CHOICES}", param="n")
+        return items
+
+
+_R = TypeVar("_R", bound=_GenerationRequest)
+
+
+def _is_token(t: Any) -> bool:
+    return type(t) is int and 0 <= t <= MAX_TOKEN_ID
+
+
+def parse(model: type[_R], body: bytes) -> _R:
+    """Validate a JSON body into ``model``, or raise a 400 that does not echo the input."""
+    try:
+        req = model.model_validate_json(body)
+    except ValidationError as exc:
+        raise describe(exc) from None
+    req.check()
+    return req
+
+
+def describe(exc: ValidationError) -> APIError:
+    """One 400 naming the first invalid field and why, without the offending value."""
+    errors = exc.errors(include_input=False, include_url=False)
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        return bad_request(f"Invalid JSON body: {first['msg'].removeprefix('Invalid JSON: ')}",
+                           code="invalid_json")
+    path = [str(p) for p in first["loc"] if not _is_union_tag(p)]
+    param = ".".join(path) or None
+    if first["type"] == "model_type" and not path:
+        return bad_request("the request body must be a JSON object")
+    if first["type"] == "missing":
+        return bad_request(f"'{param}' is required", param=param)
+    # a union field fails once per member: say what each member wanted, once
+    same = [e["msg"] for e in errors
+            if [str(p) for p in e["loc"] if not _is_union_tag(p)] == path]
+    reasons = " or ".join(dict.fromkeys(same[:4]))
+    return bad_request(f"Invalid value for '{param}': {reasons}", param=param)
+
+
+def _is_union_tag(p: int | str) -> bool:
+    # pydantic puts the union member ("str", "list[str]", "ContentPart") into error locations
+    return isinstance(p, str) and (
+        "[" in p or p[:1].isupper() or p in {"str", "int", "float", "bool", "none"})

@@ -1,0 +1,132 @@
+"""OpenAIFrontend: the ``openai`` frontend, serving the FastAPI app with uvicorn.
+
+The launcher owns signals, so uvicorn never installs handlers; it owns logging too, so uvicorn's
+logging config is not applied. ``serve()`` runs until ``shutdown()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Generator, Mapping
+from typing import Any
+
+import uvicorn
+
+from minisgl_core.client import EngineClient
+from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app
+
+OPTIONS: dict[str, Any] = {
+    "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
+    "model_aliases": [],  # extra names accepted (and listed) as the served model
+    "metrics_require_key": False,  # True: /metrics needs the API key too
+    "graceful_shutdown_s": 5.0,  # how long shutdown lets in-flight responses finish
+    "timeout_keep_alive_s": 5,
+    "access_log": False,
+    "log_level": "warning",
+    "http": "auto",  # uvicorn's HTTP implementation: auto, h11, httptools
+}
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # the launcher owns SIGINT/SIGTERM
+
+
+class OpenAIFrontend:
+    """Serves the OpenAI API for ``client`` on ``config.host``:``config.port`` (0 = any port)."""
+
+    def __init__(self, client: EngineClient, config: Any, options: Mapping[str, Any]) -> None:
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown option(s) for the openai frontend: {', '.join(unknown)}; "
+                             f"known: {', '.join(OPTIONS)}")
+        self.options = {**OPTIONS, **options}
+        self.client = client
+        self.host: str = getattr(config, "host", "127.0.0.1")
+        self._requested_port = int(getattr(config, "port", 8000))
+        self.api_key: str | None = getattr(config, "api_key", None) or None
+        self.app = build_app(client, api_key=self.api_key,
+                             max_body_bytes=int(self.options["max_body_bytes"]),
+                             model_aliases=self.options["model_aliases"],
+                             metrics_require_key=bool(self.options["metrics_require_key"]))
+        self._socket: socket.socket | None = None
+        self._server: _Server | None = None
+        self._stop_requested = False
+        self._started = asyncio.Event()
+        self._stopped = asyncio.Event()
+
+    def bind(self) -> int:
+        """Bind the listening socket now (idempotent) and return its port."""
+        if self._socket is None:
+            family, kind, proto, _, addr = socket.getaddrinfo(
+                self.host, self._requested_port, type=socket.SOCK_STREAM,
+                flags=socket.AI_PASSIVE)[0]
+            sock = socket.socket(family, kind, proto)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(addr)
+            except OSError:
+                sock.close()
+                raise
+            sock.set_inheritable(False)
+            self._socket = sock
+        return int(self._socket.getsockname()[1])
+
+    @property
+    def port(self) -> int:
+        """The bound port (binds first if needed)."""
+        return self.bind()
+
+    @property
+    def url(self) -> str:
+        """The base URL of the API, e.g. ``http://127.0.0.1:8000/v1``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def metrics(self) -> Any:
+        """The FrontendMetrics behind /metrics."""
+        return self.app.state.metrics
+
+    async def wait_started(self) -> None:
+        """Return once the server accepts connections."""
+        await self._started.wait()
+
+    async def serve(self) -> None:
+        """Serve until ``shutdown()``; a port already in use raises OSError."""
+        sock = self._socket if self._socket is not None else (self.bind() and self._socket)
+        assert sock is not None
+        opts = self.options
+        config = uvicorn.Config(
+            self.app, log_config=None, lifespan="off", access_log=bool(opts["access_log"]),
+            log_level=str(opts["log_level"]), http=str(opts["http"]),
+            timeout_keep_alive=int(opts["timeout_keep_alive_s"]),
+            timeout_graceful_shutdown=int(float(opts["graceful_shutdown_s"])) or None)
+        self._server = server = _Server(config)
+        server.should_exit = self._stop_requested
+        watcher = asyncio.ensure_future(self._watch_started(server))
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            watcher.cancel()
+            self._socket = None  # uvicorn closed it
+            self._stopped.set()
+
+    async def shutdown(self) -> None:
+        """Stop accepting requests, let in-flight ones end (bounded), make ``serve`` return."""
+        self._stop_requested = True
+        if self._server is None:
+            if self._socket is not None:
+                self._socket.close()
+                self._socket = None
+            return
+        self._server.should_exit = True
+        await self._stopped.wait()
+
+    async def _watch_started(self, server: _Server) -> None:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        self._started.set()
