@@ -8,4 +8,5 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "minisgl_core.default_plugins.inproc",
     "minisgl_core.default_plugins.models",
     "minisgl_core.default_plugins.resolve",
+    "minisgl_core.default_plugins.roles",
 )

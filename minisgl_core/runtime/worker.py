@@ -65,7 +65,7 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
     from minisgl_core.runtime.text_loops import run_detokenizer, run_tokenizer
 
     role_name = getattr(spec.config, f"{spec.role}_role", None) or ROLE_NAMES[spec.role]
-    role = registries.roles.get(spec.role, role_name)(spec)
+    role = registries.roles[spec.role].get(role_name)(spec)
     ep = spec.endpoints
     ready = Ready(process=spec.role, pid=os.getpid(), info=_ready_info(role))
     if spec.role == "tokenizer":
