@@ -155,20 +155,21 @@ _scan_fields()
 KNOWN_KEYS = sorted([k for k in SCALARS if k != "frontends"] + ["frontend", *TABLES])
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
-    """Check/convert ``value`` for field ``name``; text (env, -s) is parsed, others type-checked."""
+def _coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
+    """Check/convert ``value`` for field ``name``: strings are parsed when ``text`` (env, flags,
+    -s) and must already have the field's type otherwise (TOML)."""
     kind = SCALARS[name]
     shown = "frontend" if name == "frontends" else name
     if isinstance(value, str) and kind is str:
         return None if name in OPTIONAL and not value else value  # "-s api_key=" unsets it
-    if isinstance(value, str):
-        text = value.strip()
-        if name in OPTIONAL and text.lower() in ("", "none", "null"):
+    if isinstance(value, str) and (text or kind is tuple):
+        stripped = value.strip()
+        if name in OPTIONAL and stripped.lower() in ("", "none", "null"):
             return None
         if kind is tuple:
-            return tuple(part.strip() for part in text.split(",") if part.strip())
+            return tuple(part.strip() for part in stripped.split(",") if part.strip())
         try:
-            return kind(text)
+            return kind(stripped)
         except ValueError:
             raise ConfigError(
                 f'{shown} must be {"an integer" if kind is int else "a number"}, '
@@ -214,9 +215,9 @@ class _Merged:
         self.values: dict[str, Any] = {}
         self.tables: dict[str, dict[str, Any]] = {name: {} for name in TABLES.values()}
 
-    def set(self, key: str, value: Any, source: str) -> None:
+    def set(self, key: str, value: Any, source: str, text: bool = True) -> None:
         if key == "frontend" or (key == "frontends" and not isinstance(value, Mapping)):
-            self.values["frontends"] = _coerce("frontends", value, source)
+            self.values["frontends"] = _coerce("frontends", value, source, text)
         elif key in TABLES:
             if not isinstance(value, Mapping) or not all(
                 isinstance(v, Mapping) for v in value.values()
@@ -224,13 +225,13 @@ class _Merged:
                 raise ConfigError(f"{key} must be a table of tables ([{key}.<name>]) ({source})")
             _deep_merge(self.tables[TABLES[key]], value)
         elif key in SCALARS:
-            self.values[key] = _coerce(key, value, source)
+            self.values[key] = _coerce(key, value, source, text)
         else:
             raise _unknown(key, source)
 
     def apply_mapping(self, data: Mapping[str, Any], source: str) -> None:
         for key, value in data.items():
-            self.set(key, value, source)
+            self.set(key, value, source, text=False)
 
     def apply_override(self, item: str) -> None:
         key, sep, text = item.partition("=")

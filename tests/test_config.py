@@ -1,0 +1,186 @@
+"""Config: defaults < TOML file < env < flags < -s, type coercion, unknown keys, round trips."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from minisgl_core.config import ConfigError, LaunchConfig, load_config, to_json, to_toml
+
+FILE = """
+transport = "nng"
+frontend = ["openai", "grpc"]
+port = 8100
+model = "/models/tiny"
+ready_timeout_s = 30
+
+[transports.zmq]
+linger_ms = 0
+
+[frontends.openai]
+cors = ["http://localhost"]
+
+[plugins.acme_metrics]
+interval_s = 10
+"""
+
+
+@pytest.fixture
+def toml_file(tmp_path: Path) -> Path:
+    path = tmp_path / "minisgl.toml"
+    path.write_text(FILE)
+    return path
+
+
+def test_defaults() -> None:
+    cfg = load_config(env={})
+    assert cfg == LaunchConfig()
+    assert (cfg.transport, cfg.frontends, cfg.host, cfg.port) == ("zmq", ("openai",),
+                                                                  "127.0.0.1", 8000)
+    assert (cfg.model, cfg.dtype, cfg.device, cfg.tp, cfg.cache) == (None, "float32", "cpu", 1,
+                                                                     "radix")
+
+
+def test_file_layer(toml_file: Path) -> None:
+    cfg = load_config(toml_file, env={})
+    assert cfg.transport == "nng" and cfg.frontends == ("openai", "grpc")
+    assert cfg.port == 8100 and cfg.ready_timeout_s == 30.0
+    assert cfg.transport_table("zmq") == {"linger_ms": 0}
+    assert cfg.frontend_table("openai") == {"cors": ["http://localhost"]}
+    assert cfg.plugin_table("acme_metrics") == {"interval_s": 10}
+    assert cfg.transport_table("nng") == {}
+
+
+def test_each_layer_overrides_the_one_below(toml_file: Path) -> None:
+    env = {"MINISGL_PORT": "8200", "MINISGL_TRANSPORT": "zmq", "MINISGL_API_KEY": "secret"}
+    cfg = load_config(toml_file, env=env)
+    assert (cfg.port, cfg.transport, cfg.api_key) == (8200, "zmq", "secret")
+    cfg = load_config(toml_file, env=env, flags={"port": 8300, "transport": None})
+    assert (cfg.port, cfg.transport) == (8300, "zmq")  # None = flag not given
+    cfg = load_config(toml_file, env=env, flags={"port": 8300},
+                      overrides=["port=8400", "api_key="])
+    assert (cfg.port, cfg.api_key) == (8400, None)
+
+
+def test_later_overrides_win_and_tables_merge_deeply(toml_file: Path) -> None:
+    cfg = load_config(toml_file, env={}, overrides=[
+        "transports.zmq.sndhwm=1000", "transports.zmq.linger_ms=5",
+        "frontends.grpc.reflection=true", "plugins.acme_metrics.labels.region=\"eu\"",
+        "port=1", "port=2",
+    ])
+    assert cfg.port == 2
+    assert cfg.transport_table("zmq") == {"linger_ms": 5, "sndhwm": 1000}
+    assert cfg.frontend_table("grpc") == {"reflection": True}
+    assert cfg.plugin_table("acme_metrics") == {"interval_s": 10, "labels": {"region": "eu"}}
+
+
+def test_frontend_lists_from_text_layers() -> None:
+    assert load_config(env={"MINISGL_FRONTEND": "openai, grpc"}).frontends == ("openai", "grpc")
+    assert load_config(env={}, overrides=["frontends=grpc"]).frontends == ("grpc",)
+    assert load_config(env={}, flags={"frontends": "grpc,openai"}).frontends == ("grpc", "openai")
+
+
+def test_optional_ints_accept_none_text() -> None:
+    cfg = load_config(env={"MINISGL_NUM_PAGES": "512"}, overrides=["max_seq_len_override=none"])
+    assert cfg.num_pages == 512 and cfg.max_seq_len_override is None
+
+
+def test_env_ignores_unrelated_minisgl_variables() -> None:
+    env = {"MINISGL_LOAD_PLUGINS": "", "MINISGL_STRICT_PLUGINS": "1", "MINISGL_CONFIG": "x.toml"}
+    assert load_config(env=env) == LaunchConfig()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["prot=9000"], 'unknown config key "prot" (-s prot=9000); did you mean "port"?'),
+        (["port=eighty"], 'port must be an integer, got "eighty" (-s port=eighty)'),
+        (["dtype=float23"], 'dtype must be one of float32, float16, bfloat16, got "float23"; '
+                            'did you mean "float32"?'),
+        (["cache=radixx"], 'did you mean "radix"?'),
+        (["port=70000"], "port must be in 0..65535, got 70000"),
+        (["tp=0"], "tp must be at least 1, got 0"),
+        (["port.x=1"], '"port" is not a table'),
+        (["transports.zmq=1"], "-s transports.<name>.<key>=VALUE expected"),
+        (["nonsense"], '-s takes KEY=VALUE, got "nonsense"'),
+        (["frontend=openai,openai"], "frontend lists a frontend twice"),
+        (["frontend="], "frontend must name at least one frontend"),
+    ],
+)
+def test_override_errors(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides=overrides)
+    assert message in str(info.value)
+
+
+def test_unknown_key_in_file_names_the_file_and_suggests(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('transprot = "zmq"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    message = str(info.value)
+    assert f'unknown config key "transprot" (config file {path}); did you mean "transport"?' in (
+        message)
+    assert "known keys:" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('port = "8000"', "port must be an integer, got '8000'"),
+        ("model = 3", "model must be a string"),
+        ("frontend = [1]", "frontend must be a list of names"),
+        ("tp = true", "tp must be an integer"),
+        ("transports = 3", "transports must be a table of tables"),
+        ("[transports]\nlinger_ms = 0", "transports must be a table of tables"),
+        ("port = ", "is not valid TOML"),
+    ],
+)
+def test_file_type_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert message in str(info.value)
+
+
+def test_env_type_error_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match=r"\(environment MINISGL_PORT\)"):
+        load_config(env={"MINISGL_PORT": "http"})
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.toml", env={})
+
+
+def test_toml_output_reads_back_to_an_equal_config(toml_file: Path, tmp_path: Path) -> None:
+    cfg = load_config(toml_file, env={}, overrides=['frontends.openai."x-y".z=1', "num_pages=64"])
+    text = to_toml(cfg)
+    tomllib.loads(text)  # valid TOML
+    out = tmp_path / "out.toml"
+    out.write_text(text)
+    assert load_config(out, env={}) == cfg
+    assert LaunchConfig.from_dict(json.loads(to_json(cfg))) == cfg
+
+
+def test_config_is_frozen_picklable_and_owns_its_tables() -> None:
+    tables = {"zmq": {"linger_ms": 0}}
+    cfg = LaunchConfig(transports=tables, frontends=["openai"])  # type: ignore[arg-type]
+    tables["zmq"]["linger_ms"] = 99
+    assert cfg.transport_table("zmq") == {"linger_ms": 0}
+    assert cfg.frontends == ("openai",)
+    with pytest.raises(AttributeError):
+        cfg.port = 1  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_direct_construction_is_checked() -> None:
+    with pytest.raises(ConfigError, match="port must be an integer"):
+        LaunchConfig(port="eighty")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unknown config key"):
+        LaunchConfig.from_dict({"prot": 1})
