@@ -1,0 +1,182 @@
+"""Attention over the paged KV cache, with per-step metadata built once and shared by all layers.
+
+A step's tokens are packed as ``[T, ...]``: first one token per decoding request, then the new
+tokens of each prefilling request. Decode rows attend through one padded gather of their cached
+keys; prefill rows are padded to ``[B, Lq]`` with a bottom-right-aligned causal mask (query i of a
+request with ``start`` cached tokens sits at position start + i and sees keys 0..start + i).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class GroupMeta:
+    """One SDPA call: B sequences padded to ``q_len`` queries and ``kv_len`` keys."""
+
+    batch: int
+    q_len: int
+    kv_len: int
+    kv_index: torch.Tensor  # [B * kv_len] slots to gather; padding points at scratch slot 0
+    mask: torch.Tensor | None  # [B, 1, q_len, kv_len] bool (True = attend); None = all visible
+    q_pad: torch.Tensor | None  # [B * q_len] packed row of each padded query (None: no padding)
+    q_unpad: torch.Tensor | None  # [T_group] padded position of each packed row
+    fresh_causal: bool  # one sequence, nothing cached: attend over the new k/v with is_causal
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """Everything attention needs for one step (shared by every layer)."""
+
+    positions: torch.Tensor  # [T] absolute position of each token
+    out_slots: torch.Tensor  # [T] KV slot each token's key/value is written to
+    num_decode: int  # the first num_decode rows are decode tokens
+    decode: GroupMeta | None
+    prefill: GroupMeta | None
+
+
+def _slots(pages: Sequence[int], start: int, stop: int, page_size: int) -> list[int]:
+    return [pages[p // page_size] * page_size + p % page_size for p in range(start, stop)]
+
+
+def _slot_matrix(pages: Sequence[Sequence[int]], lengths: Sequence[int],
+                 page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slots ``[B, Lmax]`` of positions 0..len-1 of each sequence (0 past the end), valid mask."""
+    lmax = max(lengths)
+    npages = -(-lmax // page_size)
+    table = torch.tensor([list(p[:npages]) + [0] * (npages - min(len(p), npages)) for p in pages],
+                         dtype=torch.int64)  # [B, npages]
+    slots = (table.unsqueeze(-1) * page_size + torch.arange(page_size)).view(len(pages), -1)
+    slots = slots[:, :lmax]
+    valid = torch.arange(lmax) < torch.tensor(lengths).unsqueeze(1)  # [B, Lmax]
+    return torch.where(valid, slots, 0), valid
+
+
+def build_metadata(decode: Sequence[tuple[Sequence[int], int]],
+                   prefill: Sequence[tuple[Sequence[int], int, int]],
+                   page_size: int, device: torch.device | str) -> AttentionMetadata:
+    """``decode``: (pages, kv_len incl. the new token); ``prefill``: (pages, start, num_new)."""
+    positions: list[int] = []
+    out_slots: list[int] = []
+    for pages, kv_len in decode:
+        positions.append(kv_len - 1)
+        out_slots.extend(_slots(pages, kv_len - 1, kv_len, page_size))
+    for pages, start, n in prefill:
+        positions.extend(range(start, start + n))
+        out_slots.extend(_slots(pages, start, start + n, page_size))
+
+    def dev(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, non_blocking=True)
+
+    dmeta = None
+    if decode:
+        lens = [kv_len for _, kv_len in decode]
+        slots, valid = _slot_matrix([p for p, _ in decode], lens, page_size)
+        mask = None if min(lens) == max(lens) else dev(valid[:, None, None, :])
+        dmeta = GroupMeta(len(decode), 1, max(lens), dev(slots.flatten()), mask, None, None, False)
+    pmeta = None
+    if prefill:
+        pmeta = _prefill_meta(prefill, page_size, device)
+    return AttentionMetadata(dev(torch.tensor(positions)), dev(torch.tensor(out_slots)),
+                             len(decode), dmeta, pmeta)
+
+
+def _prefill_meta(prefill: Sequence[tuple[Sequence[int], int, int]], page_size: int,
+                  device: torch.device | str) -> GroupMeta:
+    def dev(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, non_blocking=True)
+
+    starts = [s for _, s, _ in prefill]
+    news = [n for _, _, n in prefill]
+    lens = [s + n for s, n in zip(starts, news, strict=True)]
+    slots, _ = _slot_matrix([p for p, _, _ in prefill], lens, page_size)
+    b, lq, lk = len(prefill), max(news), max(lens)
+    fresh = b == 1 and starts[0] == 0
+    q_pad = q_unpad = None
+    if b > 1:
+        pad: list[int] = []
+        unpad: list[int] = []
+        offset = 0
+        for i, n in enumerate(news):
+            pad.extend(range(offset, offset + n))
+            pad.extend([0] * (lq - n))
+            unpad.extend(range(i * lq, i * lq + n))
+            offset += n
+        q_pad, q_unpad = dev(torch.tensor(pad)), dev(torch.tensor(unpad))
+    mask = None
+    if not fresh:
+        qpos = torch.tensor(starts).view(b, 1, 1) + torch.arange(lq).view(1, lq, 1)
+        mask = dev((torch.arange(lk).view(1, 1, lk) <= qpos).unsqueeze(1))
+    return GroupMeta(b, lq, lk, dev(slots.flatten()), mask, q_pad, q_unpad, fresh)
+
+
+class Workspace:
+    """Reusable gather buffers: fresh large allocations each layer would page-fault every step."""
+
+    def __init__(self, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        self._shape = (num_kv_heads, head_dim)
+        self._dtype, self._device = dtype, device
+        self._k = self._v = torch.empty((0, *self._shape), dtype=dtype, device=device)
+
+    def buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two ``[n, Hkv, D]`` buffers (views of storage kept across steps)."""
+        if n > self._k.shape[0]:
+            size = max(n, int(self._k.shape[0] * 1.5))
+            self._k = torch.empty((size, *self._shape), dtype=self._dtype, device=self._device)
+            self._v = torch.empty((size, *self._shape), dtype=self._dtype, device=self._device)
+        return self._k[:n], self._v[:n]
+
+
+def _gathered(cache: torch.Tensor, index: torch.Tensor, out: torch.Tensor, b: int,
+              length: int) -> torch.Tensor:
+    """Gather slots into ``out`` and view it as ``[B, Hkv, L, D]``."""
+    torch.index_select(cache, 0, index, out=out)
+    return out.view(b, length, *out.shape[1:]).transpose(1, 2)
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, meta: AttentionMetadata,
+                    ws: Workspace) -> torch.Tensor:
+    """``q [T, Hq, D]``, new ``k, v [T, Hkv, D]`` (already stored) -> ``[T, Hq * D]``."""
+    t, hq, d = q.shape
+    outs: list[torch.Tensor] = []
+    nd = meta.num_decode
+    if meta.decode is not None:
+        g = meta.decode
+        kb, vb = ws.buffers(g.batch * g.kv_len)
+        keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
+        vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
+        o = F.scaled_dot_product_attention(q[:nd].unsqueeze(2), keys, vals, attn_mask=g.mask,
+                                           enable_gqa=True)  # [Bd, Hq, 1, D]
+        outs.append(o.view(nd, hq * d))
+    if meta.prefill is not None:
+        outs.append(_prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta.prefill, ws))
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       k_cache: torch.Tensor, v_cache: torch.Tensor, g: GroupMeta,
+                       ws: Workspace) -> torch.Tensor:
+    tp, hq, d = q.shape
+    if g.fresh_causal:  # [1, H, n, D] straight from the new rows
+        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                           v.transpose(0, 1)[None], is_causal=True,
+                                           enable_gqa=True)
+        return o[0].transpose(0, 1).reshape(tp, hq * d)
+    kb, vb = ws.buffers(g.batch * g.kv_len)
+    keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
+    vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
+    if g.q_pad is None:
+        qp = q.transpose(0, 1)[None]  # [1, Hq, n, D]
+    else:
+        qp = q.reshape(tp, hq * d).index_select(0, g.q_pad)
+        qp = qp.view(g.batch, g.q_len, hq, d).transpose(1, 2)  # [B, Hq, Lq, D]
+    o = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=g.mask, enable_gqa=True)
+    o = o.transpose(1, 2).reshape(g.batch * g.q_len, hq * d)
+    return o if g.q_unpad is None else o.index_select(0, g.q_unpad)

@@ -1,0 +1,104 @@
+"""Engine options (EngineConfig) and the model facts read from an HF config.json (ModelConfig)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Fallback KV pool size when num_pages is not given: enough for the context of a few requests
+# without pushing a 135M-parameter fp32 model's process past ~1.5 GiB.
+DEFAULT_KV_CACHE_BYTES = 384 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to build an Engine; ``model`` is a directory or a spec for weights.resolve_model."""
+
+    model: str
+    dtype: str = "float32"
+    device: str = "cpu"
+    num_pages: int | None = None  # None: sized from DEFAULT_KV_CACHE_BYTES
+    page_size: int = 16
+    max_seq_len_override: int | None = None
+    max_running_requests: int = 128
+    max_prefill_tokens: int = 512  # prompt tokens computed per step (chunked prefill budget)
+    num_threads: int | None = None  # torch.set_num_threads; None leaves torch's default
+    seed: int = 0  # for requests sampled without a seed of their own
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        if self.num_pages is not None and self.num_pages < 1:
+            raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if self.max_running_requests < 1:
+            raise ValueError("max_running_requests must be >= 1")
+        if self.max_prefill_tokens < 1:
+            raise ValueError("max_prefill_tokens must be >= 1")
+        if self.max_seq_len_override is not None and self.max_seq_len_override < 2:
+            raise ValueError("max_seq_len_override must be >= 2")
+
+
+def _as_id_set(value: Any) -> frozenset[int]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, int):
+        return frozenset({value})
+    return frozenset(int(v) for v in value)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The architecture facts the model code needs, from config.json (transformers 4.x or 5.x)."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    mlp_bias: bool
+    rope_scaling: dict[str, Any] | None = None
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_dir(cls, path: Path) -> ModelConfig:
+        """Read ``path/config.json``; raise ValueError naming what is missing."""
+        raw = json.loads((path / "config.json").read_text())
+        archs = raw.get("architectures") or []
+        if not archs:
+            raise ValueError(f"{path}/config.json has no 'architectures' entry")
+        arch = archs[0]
+        heads = int(raw["num_attention_heads"])
+        hidden = int(raw["hidden_size"])
+        # transformers 5 nests rope settings in rope_parameters; 4.x has rope_theta + rope_scaling
+        rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
+        theta = float(rope.pop("rope_theta", raw.get("rope_theta", 10000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        return cls(
+            architecture=arch,
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(raw["intermediate_size"]),
+            num_layers=int(raw["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+            head_dim=int(raw.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v biases; Llama says so with attention_bias
+            attention_bias=bool(raw.get("attention_bias", arch == "Qwen2ForCausalLM")),
+            mlp_bias=bool(raw.get("mlp_bias", False)),
+            rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
+            eos_token_ids=_as_id_set(raw.get("eos_token_id")),
+        )

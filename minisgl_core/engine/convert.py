@@ -1,0 +1,48 @@
+"""Convert the default model's GGUF file into an HF-format fp32 safetensors directory.
+
+Run as ``python -m minisgl_core.engine.convert GGUF OUT_DIR`` (weights.ensure_default_model does,
+in a child process, then renames OUT_DIR into place).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize ``gguf`` with transformers and write config, tokenizer and fp32 weights."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=4, desc=f"Converting {gguf.name} (once)", unit="step", file=sys.stderr)
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out.mkdir(parents=True, exist_ok=False)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer.save_pretrained(out)
+    bar.update()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype="float32")
+    bar.update()
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # tied to embed_tokens: stored once
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    bar.update()
+    config = model.config.to_dict()
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+        config.pop(key, None)
+    config["architectures"] = config.get("architectures") or ["LlamaForCausalLM"]
+    config["dtype"] = "float32"
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    gen = model.generation_config.to_dict()
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True))
+    bar.update()
+    bar.close()
+
+
+if __name__ == "__main__":
+    convert_gguf(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,242 @@
+"""Engine: one model, its paged KV cache and the batching loop, driven by add / abort / step.
+
+The offline LLM and the service's scheduler process both drive this class; it is synchronous
+(schedule -> forward -> sample -> emit -> free), so nothing is ever in flight when a request is
+aborted or finished and its pages go back exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minisgl_core.engine.attention import Workspace, build_metadata
+from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
+from minisgl_core.engine.kv_cache import KVPool, PageAllocator
+from minisgl_core.engine.models import get_model_class
+from minisgl_core.engine.request import Request, RequestRejected, State, StepOutput
+from minisgl_core.engine.sampler import Sampler
+from minisgl_core.engine.scheduler import Scheduler
+from minisgl_core.engine.weights import iter_safetensors, resolve_model
+from minisgl_core.messages import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's load and counters."""
+
+    running: int
+    waiting: int
+    pages_total: int
+    pages_free: int
+    page_size: int
+    preemptions: int
+    prompt_tokens: int  # admitted prompt tokens so far
+    generated_tokens: int  # sampled tokens so far
+
+    def as_dict(self) -> dict[str, int]:
+        """The fields as a plain dict (for gauges and logs)."""
+        return asdict(self)
+
+
+def _eos_ids(path: Path, tokenizer: Any, cfg: ModelConfig) -> frozenset[int]:
+    """The full EOS set: tokenizer, generation_config.json and config.json (lists included)."""
+    ids = set(cfg.eos_token_ids)
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = path / "generation_config.json"
+    if gen.is_file():
+        value = json.loads(gen.read_text()).get("eos_token_id")
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+class Engine:
+    """Continuous batching over a paged KV cache for one model on one device."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        from transformers import AutoTokenizer
+
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+        self.config = config
+        path = resolve_model(config.model)
+        self.model_path = path
+        self.model_name = path.name
+        self.model_config = cfg = ModelConfig.from_dir(path)
+        self.device = torch.device(config.device)
+        self.dtype: torch.dtype = getattr(torch, config.dtype)
+        self.max_seq_len = cfg.max_position_embeddings
+        if config.max_seq_len_override is not None:
+            self.max_seq_len = config.max_seq_len_override
+        self.vocab_size = cfg.vocab_size
+        self.model = get_model_class(cfg.architecture)(cfg, dtype=self.dtype, device=self.device,
+                                                       max_seq_len=self.max_seq_len)
+        self.model.load_weights(iter_safetensors(path))
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.eos_token_ids = _eos_ids(path, self.tokenizer, cfg)
+        self.page_size = config.page_size
+        self.num_pages = config.num_pages or self._default_num_pages()
+        self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, cfg.num_kv_heads,
+                         cfg.head_dim, self.dtype, self.device)
+        self.allocator = PageAllocator(self.num_pages)
+        self.workspace = Workspace(cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device)
+        self.sampler = Sampler(self.vocab_size, self.device, config.seed)
+        self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
+                                   config.max_prefill_tokens)
+        self.requests: dict[str, Request] = {}
+        self._prompt_tokens = 0
+        self._generated_tokens = 0
+        log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
+                 cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
+
+    def _default_num_pages(self) -> int:
+        c = self.model_config
+        per_token = KVPool.bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, self.dtype)
+        pages = DEFAULT_KV_CACHE_BYTES // per_token // self.page_size
+        one_request = -(-self.max_seq_len // self.page_size)
+        useful = one_request * self.config.max_running_requests
+        return int(max(one_request, min(pages, useful)))
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_ids: Sequence[int],
+                    sampling: SamplingParams) -> None:
+        """Queue a request; RequestRejected when it can never run (nothing is kept then)."""
+        if request_id in self.requests:
+            raise RequestRejected("duplicate_request_id", f"request id {request_id!r} is in use")
+        prompt = [int(t) for t in prompt_ids]
+        n = len(prompt)
+        if n == 0:
+            raise RequestRejected("empty_prompt", "the prompt has no tokens")
+        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+        if bad:
+            raise RequestRejected("invalid_token_ids", f"token id {bad[0]} is outside the "
+                                  f"vocabulary (0..{self.vocab_size - 1})")
+        limit = self.max_seq_len
+        if sampling.max_tokens is None:
+            if n >= limit:
+                raise RequestRejected("context_length_exceeded", f"the prompt has {n} tokens "
+                                      f"but the context length is {limit} tokens")
+            max_tokens = limit - n
+        else:
+            max_tokens = sampling.max_tokens
+            if n + max_tokens > limit:
+                raise RequestRejected(
+                    "context_length_exceeded",
+                    f"this request needs {n + max_tokens} tokens ({n} in the prompt + "
+                    f"{max_tokens} to generate) but the context length is {limit} tokens")
+        # the last generated token is never fed back, so it needs no KV
+        pages = -(-(n + max_tokens - 1) // self.page_size)
+        if pages > self.num_pages:
+            raise RequestRejected(
+                "kv_cache_exceeded",
+                f"this request needs {pages} KV pages ({n} prompt + {max_tokens} new tokens, "
+                f"{self.page_size} per page) but the pool has {self.num_pages}")
+        req = Request(request_id, prompt, sampling, max_tokens)
+        if sampling.stop:
+            # a stop string of c characters spans at most 4c one-byte tokens, plus one partial
+            req.stop_window = 4 * max(len(s) for s in sampling.stop) + 2
+        self.sampler.prepare(req)
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request wherever it is and free its pages; False if unknown or already done."""
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        self.scheduler.remove(req)
+        return True
+
+    def has_work(self) -> bool:
+        """True while any request is waiting or running."""
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    def stats(self) -> EngineStats:
+        """Current load, page use and counters."""
+        s = self.scheduler
+        return EngineStats(len(s.running), len(s.waiting), self.num_pages,
+                           self.allocator.num_free, self.page_size, s.num_preemptions,
+                           self._prompt_tokens, self._generated_tokens)
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self) -> list[StepOutput]:
+        """Run one batch (decode every running request, prefill within the budget)."""
+        batch = self.scheduler.schedule()
+        if batch is None:
+            return []
+        ids: list[int] = [r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
+                          for r in batch.decode]
+        rows: list[int] = list(range(len(batch.decode)))
+        to_sample: list[Request] = list(batch.decode)
+        row = len(ids)
+        for r, n in batch.prefill:
+            ids.extend(r.token_slice(r.num_cached, r.num_cached + n))
+            row += n
+            if r.num_cached + n == r.num_tokens:
+                rows.append(row - 1)
+                to_sample.append(r)
+            if r.num_cached == 0 and not r.output_ids:
+                self._prompt_tokens += len(r.prompt_ids)
+        meta = build_metadata([(r.pages, r.num_cached + 1) for r in batch.decode],
+                              [(r.pages, r.num_cached, n) for r, n in batch.prefill],
+                              self.page_size, self.device)
+        input_ids = torch.tensor(ids, device=self.device)
+        hidden = self.model.forward(input_ids, meta, self.kv, self.workspace)
+        for r in batch.decode:
+            r.num_cached += 1
+        for r, n in batch.prefill:
+            r.num_cached += n
+        if not to_sample:
+            return []
+        index = torch.tensor(rows, device=self.device)
+        tokens = self.sampler.sample(self.model.logits(hidden.index_select(0, index)), to_sample)
+        return [self._append(r, tok) for r, tok in zip(to_sample, tokens, strict=True)]
+
+    def _append(self, req: Request, token: int) -> StepOutput:
+        req.output_ids.append(token)
+        self._generated_tokens += 1
+        self.sampler.observe(req, token)
+        reason = self._finish_reason(req, token)
+        if reason is not None:
+            req.finish_reason = reason
+            self.requests.pop(req.request_id, None)
+            self.scheduler.remove(req)
+        return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
+                          len(req.output_ids))
+
+    def _finish_reason(self, req: Request, token: int) -> str | None:
+        s = req.sampling
+        if (not s.ignore_eos and token in self.eos_token_ids) or token in s.stop_token_ids:
+            return "stop"
+        if req.stop_window:
+            tail = self.tokenizer.decode(req.output_ids[-req.stop_window:],
+                                         skip_special_tokens=s.skip_special_tokens)
+            if any(stop in tail for stop in s.stop):
+                return "stop"
+        if len(req.output_ids) >= req.max_tokens:
+            return "length"
+        return None
+
+    def check_idle_invariant(self) -> None:
+        """Raise AssertionError unless, with no work left, every page is free."""
+        if self.has_work():
+            raise AssertionError("engine is not idle")
+        if self.allocator.num_free != self.num_pages:
+            raise AssertionError(f"{self.num_pages - self.allocator.num_free} pages leaked")
+        if any(r.state is not State.FINISHED for r in self.requests.values()):
+            raise AssertionError("requests left in the engine")

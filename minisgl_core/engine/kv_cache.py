@@ -1,0 +1,80 @@
+"""Paged KV cache: per-layer K/V slot pools and a page allocator with a free list."""
+
+from __future__ import annotations
+
+import torch
+
+
+class OutOfPages(RuntimeError):
+    """The allocator has fewer free pages than asked for."""
+
+
+class PageAllocator:
+    """Hands out page ids 1..num_pages (page 0 is the zeroed scratch page used for padding).
+
+    The free list is a stack, so recently freed (cache-warm, already resident) pages go first.
+    """
+
+    def __init__(self, num_pages: int) -> None:
+        self.num_pages = num_pages
+        self._free: list[int] = list(range(num_pages, 0, -1))
+        self._is_free = bytearray(b"\x01") * (num_pages + 1)
+        self._is_free[0] = 0
+
+    @property
+    def num_free(self) -> int:
+        """How many pages can be allocated now."""
+        return len(self._free)
+
+    def alloc(self, n: int) -> list[int]:
+        """Take ``n`` pages; OutOfPages (and nothing taken) when fewer are free."""
+        if n > len(self._free):
+            raise OutOfPages(f"asked for {n} pages, {len(self._free)} free")
+        if n == 0:
+            return []
+        pages = self._free[-n:]
+        del self._free[-n:]
+        for p in pages:
+            self._is_free[p] = 0
+        return pages
+
+    def free(self, pages: list[int]) -> None:
+        """Return pages; a page freed twice is a bug and raises before anything changes."""
+        for p in pages:
+            if self._is_free[p] or p == 0:
+                raise RuntimeError(f"page {p} freed twice (or never allocated)")
+        for p in pages:
+            self._is_free[p] = 1
+        self._free.extend(pages)
+
+
+class KVPool:
+    """K and V for every layer: ``[num_slots, n_kv_heads, head_dim]`` each, slot = page * P + i.
+
+    Allocated with torch.empty so untouched pages cost no resident memory; page 0 is zeroed
+    because padded attention gathers read it (its keys are masked, but 0 * NaN would not be 0).
+    """
+
+    def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int,
+                 head_dim: int, dtype: torch.dtype, device: torch.device | str) -> None:
+        self.page_size = page_size
+        self.num_pages = num_pages
+        slots = (num_pages + 1) * page_size
+        shape = (num_layers, slots, num_kv_heads, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.k[:, :page_size].zero_()
+        self.v[:, :page_size].zero_()
+        self.k_layers = list(self.k.unbind(0))  # per-layer views [num_slots, Hkv, D]
+        self.v_layers = list(self.v.unbind(0))
+
+    @staticmethod
+    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int,
+                        dtype: torch.dtype) -> int:
+        """Memory one cached token takes across all layers (K and V)."""
+        return 2 * num_layers * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+
+    def store(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write new keys/values ``[T, Hkv, D]`` at ``slots [T]``."""
+        self.k_layers[layer].index_copy_(0, slots, k)
+        self.v_layers[layer].index_copy_(0, slots, v)

