@@ -191,7 +191,9 @@ def build_manager(
             if origin.name not in pm.origins or pm.origins[origin.name].module != item:
                 _load_module(pm, item, origin)
         else:
-            name = getattr(item, "__name__", None) or f"{type(item).__name__}-{id(item):x}"
+            name = getattr(item, "__name__", None) or type(item).__name__
+            if pm.has_plugin(name):
+                name = f"{name}-{id(item):x}"
             register_plugin(pm, item, Origin(name, None, "-", "-", "extra"))
 
     if os.environ.get("MINISGL_TRACE_PLUGINS"):
