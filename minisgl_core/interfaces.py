@@ -80,7 +80,8 @@ class Transport(Protocol):
         """Close every channel this transport opened; idempotent."""
 
 
-TransportFactory = Any  # Callable[[Mapping[str, Any]], Transport]: gets its [transports.<name>] table
+# Callable[[Mapping[str, Any]], Transport]: called with its [transports.<name>] table
+TransportFactory = Any
 
 
 class Frontend(Protocol):

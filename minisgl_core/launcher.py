@@ -185,8 +185,11 @@ def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
 def _max_context(model_dir: str, override: int | None) -> int:
     import json
 
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    limit = int(cfg.get("max_position_embeddings", 2048))
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        limit = int(cfg.get("max_position_embeddings", 2048))
+    except (OSError, ValueError) as exc:
+        raise LaunchError(f"cannot read {model_dir}/config.json: {exc}") from exc
     return min(limit, override) if override else limit
 
 

@@ -190,7 +190,7 @@ class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):
 
 
 class Ready(msgspec.Struct, frozen=True, tag="ready"):
-    """A worker finished its setup; ``info`` carries facts the frontends need (context length...)."""
+    """A worker finished its setup; ``info`` carries facts the frontends need (context...)."""
 
     process: str
     pid: int

@@ -47,6 +47,7 @@ class SchedulerLoop:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.finished_total: dict[str, int] = {}
+        self.steps_total = 0
         self._last_stats = 0.0
         self._stats_dirty = True
 
@@ -64,6 +65,7 @@ class SchedulerLoop:
                     return
             if self.engine.has_work():
                 self._collect(self.engine.step())
+                self.steps_total += 1
             self._flush()
             self._maybe_report_stats(force=not self.engine.has_work())
 
@@ -178,8 +180,9 @@ class SchedulerLoop:
             "requests_running": float(s.running), "requests_waiting": float(s.waiting),
             "kv_pages_total": float(s.pages_total), "kv_pages_free": float(s.pages_free),
         }
-        counters = {"prompt_tokens_total": float(self.prompt_tokens_total),
-                    "generation_tokens_total": float(self.generation_tokens_total)}
-        counters.update({f"requests_finished_total:{k}": float(v)
+        counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
+                    "scheduler_generation_tokens_total": float(self.generation_tokens_total),
+                    "scheduler_steps_total": float(self.steps_total)}
+        counters.update({f"scheduler_finished_{k}_total": float(v)
                          for k, v in self.finished_total.items()})
         return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from minisgl_core import codec
@@ -10,12 +13,16 @@ from minisgl_core.interfaces import ChannelClosed, Receiver, Sender
 from minisgl_core.messages import (
     Abort,
     GenerateRequest,
+    Message,
     Shutdown,
+    Stats,
     TextBatch,
     TokenBatch,
 )
 
 log = logging.getLogger(__name__)
+
+STATS_INTERVAL_S = 0.2
 
 
 def run_tokenizer(role: Any, inbox: Receiver, outbox: Sender) -> None:
@@ -39,8 +46,10 @@ def run_tokenizer(role: Any, inbox: Receiver, outbox: Sender) -> None:
                 return
 
 
-def run_detokenizer(role: Any, inbox: Receiver, outboxes: dict[str, Sender]) -> None:
+def run_detokenizer(role: Any, inbox: Receiver, outboxes: dict[str, Sender],
+                    report: Callable[[Message], None]) -> None:
     """Turn each step's token deltas into text deltas and route them to their frontends."""
+    reported, last_report = -1, 0.0
     while True:
         try:
             data = inbox.recv()
@@ -59,5 +68,10 @@ def run_detokenizer(role: Any, inbox: Receiver, outboxes: dict[str, Sender]) -> 
                         log.warning("no frontend %r: dropped %d deltas", owner, len(deltas))
                         continue
                     sender.send(codec.encode(TextBatch(tuple(deltas))))
+                active, now = role.active_count(), time.monotonic()
+                if active != reported and (active == 0 or now - last_report > STATS_INTERVAL_S):
+                    reported, last_report = active, now
+                    report(Stats(process=f"detokenizer:{os.getpid()}",
+                                 gauges={"detokenizer_requests_active": float(active)}))
             case Shutdown():
                 return

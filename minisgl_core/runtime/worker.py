@@ -76,7 +76,7 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
         inbox = transport.pull(ep.detokenizer, bind=True)
         outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
         report(ready)
-        run_detokenizer(role, inbox, outboxes)
+        run_detokenizer(role, inbox, outboxes, report)
     else:
         inbox, outbox = transport.pull(ep.scheduler, bind=True), transport.push(ep.detokenizer)
         loop = SchedulerLoop(role, inbox, outbox, report)

@@ -1,0 +1,129 @@
+"""Run a real `minisgl launch` in a subprocess on a free 127.0.0.1 port (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RunningService:
+    """A launched service: its process handle, URL and captured log."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    worker_pids: list[int] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def model_name(self) -> str:
+        """The id /v1/models lists."""
+        return str(httpx.get(f"{self.url}/v1/models", timeout=5).json()["data"][0]["id"])
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def metrics(self) -> dict[str, float]:
+        """/metrics parsed into {sample name with labels: value}."""
+        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def wait_metrics(self, predicate: object, timeout: float = 5.0) -> dict[str, float]:
+        """Poll /metrics until ``predicate(metrics)`` holds; return the last metrics either way."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.metrics()
+            if predicate(m) or time.monotonic() > deadline:  # type: ignore[operator]
+                return m
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Signal the launcher, wait for it, and make sure nothing it started is left."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def leftover_workers(self, timeout: float = 5.0) -> list[int]:
+        """Worker pids still alive after the launcher ended (should be none)."""
+        import psutil
+
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = [p for p in self.worker_pids if psutil.pid_exists(p)
+                     and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.1)
+
+
+def launch_service(model: str, *, transport: str = "zmq", frontend: str = "openai",
+                   args: Sequence[str] = (), log_dir: Path, timeout: float = 180.0,
+                   env: dict[str, str] | None = None) -> RunningService:
+    """Start `minisgl launch` and wait until /health answers 200 (or fail with its log)."""
+    port = free_port()
+    log_path = log_dir / f"launch-{transport}-{port}.log"
+    cmd = [sys.executable, "-m", "minisgl_core", "launch", "--transport", transport,
+           "--frontend", frontend, "--model", model, "--port", str(port), *args]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+    service = RunningService(proc, port, log_path)
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"launch exited with {proc.returncode}:\n{service.log()[-3000:]}")
+        try:
+            if httpx.get(f"{service.url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            service.stop(signal.SIGKILL)
+            raise RuntimeError(f"not ready after {timeout:.0f} s:\n{service.log()[-3000:]}")
+        time.sleep(0.2)
+    service.worker_pids = worker_pids(proc.pid)
+    return service
+
+
+def worker_pids(launcher_pid: int) -> list[int]:
+    """Pids of the launcher's minisgl::<role> worker processes."""
+    import psutil
+
+    out = []
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if re.search(r"minisgl::\w+", " ".join(child.cmdline())):
+                out.append(child.pid)
+        except psutil.Error:
+            continue
+    return out

@@ -1,0 +1,66 @@
+"""Faults through real processes: a worker killed mid-stream, a bad model, a clean SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from minisgl_core.testing.service import launch_service
+
+ARGS = ["--max-seq-len-override", "512", "--num-pages", "128"]
+
+
+@pytest.mark.parametrize("transport", ["zmq", "nng"])
+def test_scheduler_killed_mid_stream(tiny_model: str, tmp_path: Path, transport: str) -> None:
+    svc = launch_service(tiny_model, transport=transport, args=ARGS, log_dir=tmp_path)
+    try:
+        scheduler = next(p for p in svc.worker_pids
+                         if "scheduler" in " ".join(psutil.Process(p).cmdline()))
+        body = {"model": svc.model_name(), "max_tokens": 500, "stream": True, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "go"}]}
+        lines = []
+        with httpx.stream("POST", f"{svc.url}/v1/chat/completions", json=body,
+                          timeout=20) as resp:
+            for line in resp.iter_lines():
+                lines.append(line)
+                if len(lines) == 6:
+                    os.kill(scheduler, signal.SIGKILL)
+        killed_at = time.monotonic()
+        assert any(line.startswith("data: {\"error\"") for line in lines), lines[-4:]
+        assert lines[-2:] == ["data: [DONE]", ""] or lines[-1] == "data: [DONE]"
+        svc.proc.wait(10)
+        assert time.monotonic() - killed_at < 5
+        assert svc.proc.returncode != 0
+        assert "scheduler" in svc.log()
+        assert not svc.leftover_workers()
+    finally:
+        svc.stop(signal.SIGKILL)
+
+
+def test_sigterm_stops_everything_cleanly(tiny_model: str, tmp_path: Path) -> None:
+    svc = launch_service(tiny_model, transport="zmq", args=ARGS, log_dir=tmp_path)
+    assert len(svc.worker_pids) == 3
+    assert svc.stop(signal.SIGTERM) == 0, svc.log()[-2000:]
+    assert not svc.leftover_workers()
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{svc.url}/health", timeout=1)
+
+
+def test_bad_model_path_fails_fast(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "minisgl_core", "launch", "--model", str(bad),
+                           "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 60
+    assert "minisgl::" in proc.stderr or "failed" in proc.stderr, proc.stderr[-2000:]

@@ -1,0 +1,176 @@
+"""End to end through real processes and sockets: the OpenAI client against `minisgl launch`."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from minisgl_core.testing.service import RunningService
+
+
+def _idle(m: dict[str, float]) -> bool:
+    return (m.get("minisgl_kv_pages_free") == m.get("minisgl_kv_pages_total")
+            and m.get("minisgl_requests_running") == 0
+            and m.get("minisgl_requests_waiting") == 0
+            and m.get("minisgl_frontend_requests_inflight") == 0
+            and m.get("minisgl_detokenizer_requests_active", 0) == 0)
+
+
+def assert_idle(service: RunningService, timeout: float = 2.0) -> None:
+    m = service.wait_metrics(_idle, timeout)
+    assert _idle(m), {k: v for k, v in m.items() if "pages" in k or "requests" in k}
+
+
+def test_workers_are_named_processes(service: RunningService) -> None:
+    import psutil
+
+    titles = sorted(" ".join(psutil.Process(p).cmdline()) for p in service.worker_pids)
+    assert titles == ["minisgl::detokenizer", "minisgl::scheduler", "minisgl::tokenizer"]
+
+
+def test_models_chat_and_completions(service: RunningService) -> None:
+    client = OpenAI(base_url=f"{service.url}/v1", api_key="none")
+    model = client.models.list().data[0].id
+    chat = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hello"}], max_tokens=8,
+        temperature=0, extra_body={"ignore_eos": True})
+    assert chat.choices[0].finish_reason == "length"
+    assert chat.usage is not None and chat.usage.completion_tokens == 8
+    assert chat.usage.prompt_tokens > 0
+    comp = client.completions.create(model=model, prompt=["one", "two three"], max_tokens=5,
+                                     temperature=0, extra_body={"ignore_eos": True})
+    assert len(comp.choices) == 2 and {c.index for c in comp.choices} == {0, 1}
+    assert all(c.finish_reason == "length" for c in comp.choices)
+    assert_idle(service)
+
+
+def test_stream_equals_non_stream(service: RunningService) -> None:
+    client = OpenAI(base_url=f"{service.url}/v1", api_key="none")
+    model = service.model_name()
+    kwargs = {"model": model, "max_tokens": 24, "temperature": 0,
+              "messages": [{"role": "user", "content": "Tell me a story about 🐍 and 中文"}]}
+    full = client.chat.completions.create(**kwargs).choices[0].message.content or ""
+    chunks = list(client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason is not None]
+    assert len(finals) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full
+    assert "\ufffd" not in text or "\ufffd" in full
+    assert chunks[-1].usage.completion_tokens == 24 or finals[0].choices[0].finish_reason == "stop"
+
+
+def test_concurrent_requests_share_batches(service: RunningService) -> None:
+    client = OpenAI(base_url=f"{service.url}/v1", api_key="none")
+    model = service.model_name()
+    steps_before = service.metrics()["minisgl_scheduler_steps_total"]
+
+    def ask(i: int) -> int:
+        r = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": f"{i}+{i}=?"}], max_tokens=16,
+            temperature=0, extra_body={"ignore_eos": True})
+        return r.usage.completion_tokens if r.usage else 0
+
+    with ThreadPoolExecutor(8) as ex:
+        assert list(ex.map(ask, range(8))) == [16] * 8
+    steps = service.metrics()["minisgl_scheduler_steps_total"] - steps_before
+    # one request alone needs 16 steps; 8 run one after another would need 128
+    assert steps < 32, f"8 concurrent requests took {steps} engine steps: they were not batched"
+    assert_idle(service)
+
+
+def test_stream_disconnect_frees_pages(service: RunningService) -> None:
+    body = {"model": service.model_name(), "max_tokens": 400, "stream": True,
+            "messages": [{"role": "user", "content": "go"}], "ignore_eos": True}
+    with httpx.stream("POST", f"{service.url}/v1/chat/completions", json=body,
+                      timeout=30) as resp:
+        assert resp.status_code == 200
+        seen = 0
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                seen += 1
+            if seen >= 4:
+                break
+    assert seen >= 4
+    assert_idle(service)
+    finished = service.metrics()['minisgl_requests_finished_total{reason="abort"}']
+    assert finished >= 1
+
+
+def test_mixed_requests_with_random_aborts(service: RunningService) -> None:
+    rng = random.Random(7)
+    model = service.model_name()
+    plan = [(i, rng.random() < 1 / 3, rng.random() < 0.5, rng.randint(1, 6), rng.randint(4, 40))
+            for i in range(100)]
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def run(item: tuple[int, bool, bool, int, int]) -> None:
+        i, abort, stream, cut, max_tokens = item
+        body = {"model": model, "max_tokens": max_tokens, "stream": stream,
+                "messages": [{"role": "user", "content": f"request {i} " * (i % 7 + 1)}]}
+        try:
+            if stream:
+                with httpx.stream("POST", f"{service.url}/v1/chat/completions", json=body,
+                                  timeout=60) as resp:
+                    frames = 0
+                    for line in resp.iter_lines():
+                        if line.startswith("data: "):
+                            frames += 1
+                            if line != "data: [DONE]":
+                                assert "error" not in json.loads(line[6:]), line
+                        if abort and frames >= cut:
+                            return
+                    assert frames >= 2
+            else:
+                timeout = 0.05 * cut if abort else 60
+                try:
+                    r = httpx.post(f"{service.url}/v1/chat/completions", json=body,
+                                   timeout=timeout)
+                except httpx.TimeoutException:
+                    assert abort
+                    return
+                assert r.status_code == 200, r.text
+        except Exception as exc:  # noqa: BLE001 - collected and reported below
+            with lock:
+                errors.append(f"request {i}: {exc!r}")
+
+    with ThreadPoolExecutor(16) as ex:
+        list(ex.map(run, plan))
+    assert errors == []
+    assert_idle(service, timeout=5.0)
+
+
+def test_bad_requests_get_openai_errors(service: RunningService) -> None:
+    url = f"{service.url}/v1/chat/completions"
+    model = service.model_name()
+    too_long = " ".join(["hello"] * 2000)
+    r = httpx.post(url, json={"model": model, "messages": [{"role": "user", "content": too_long}]},
+                   timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and "512" in err["message"]
+    r = httpx.post(url, json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 404 and r.json()["error"]["message"]
+    r = httpx.post(url, json={"model": model, "messages": [{"role": "user", "content": "x"}],
+                              "temperature": -1})
+    assert r.status_code == 400 and "temperature" in r.json()["error"]["message"]
+    r = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    ok = httpx.post(url, json={"model": model, "max_tokens": 2,
+                               "messages": [{"role": "user", "content": "x"}]}, timeout=30)
+    assert ok.status_code == 200
+    assert_idle(service)
+
+
+@pytest.mark.parametrize("path", ["/health", "/metrics"])
+def test_health_and_metrics_answer(service: RunningService, path: str) -> None:
+    assert httpx.get(f"{service.url}{path}", timeout=5).status_code == 200
