@@ -40,7 +40,7 @@ def make_scheduler(spec: WorkerSpec) -> Any:
     torch.set_num_threads(spec.num_threads)
     cfg = spec.config
     fields = {
-        "model_path": spec.model_dir,
+        "model": spec.model_dir,
         "dtype": cfg.dtype,
         "device": cfg.device,
         "num_pages": cfg.num_pages,
