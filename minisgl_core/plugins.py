@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
@@ -61,6 +61,7 @@ class MinisglPluginManager(pluggy.PluginManager):
         self.strict = strict
         self.origins: dict[str, Origin] = {}
         self.broken: dict[str, Broken] = {}
+        self.tracing = False  # MINISGL_TRACE_PLUGINS=1: every hook call on stderr
 
     def origin(self, name: str) -> Origin:
         """Where plugin ``name`` came from (plain ``register()`` calls count as "extra")."""
@@ -197,9 +198,21 @@ def build_manager(
             register_plugin(pm, item, Origin(name, None, "-", "-", "extra"))
 
     if os.environ.get("MINISGL_TRACE_PLUGINS"):
-        pm.trace.root.setwriter(lambda msg: print(msg, end="", file=sys.stderr))
-        pm.enable_tracing()
+        pm.tracing = True
+        pm.add_hookcall_monitoring(_trace_before, _trace_after)
     return pm
+
+
+def _trace_before(hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    owners = ", ".join(impl.plugin_name for impl in impls) or "-"
+    print(f"minisgl: hook {hook_name}({', '.join(kwargs)}) -> {owners}", file=sys.stderr)
+
+
+def _trace_after(outcome: Any, hook_name: str, impls: Sequence[Any], kwargs: Any) -> None:
+    if outcome.exception is not None:
+        print(f"minisgl: hook {hook_name} raised {outcome.exception!r}", file=sys.stderr)
+    elif outcome.get_result() not in (None, []):
+        print(f"minisgl: hook {hook_name} returned {outcome.get_result()!r}", file=sys.stderr)
 
 
 def loaded_module_names(pm: pluggy.PluginManager) -> list[str]:
@@ -262,6 +275,9 @@ def call_each(
             if impl.hookwrapper or impl.wrapper:
                 raise pluggy.PluginValidationError(impl.plugin, f"{hook_name} cannot be a wrapper")
             kwargs = make_kwargs(owner)
+            if getattr(pm, "tracing", False):
+                print(f"minisgl: hook {hook_name}({', '.join(impl.argnames)}) -> {owner}",
+                      file=sys.stderr)
             impl.function(**{k: kwargs[k] for k in impl.argnames})
             if after is not None:
                 after(owner, kwargs)

@@ -214,3 +214,22 @@ def test_objects_registered_in_process_are_not_sent_to_children() -> None:
     pm = build_manager(autoload=False, extra=[Local()], strict=False)
     assert "local" in collect(pm).transports
     assert loaded_module_names(pm) == []
+
+
+def test_trace_env_prints_every_hook_call(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MINISGL_TRACE_PLUGINS", "1")
+    class Resolver:
+        @hookimpl
+        def minisgl_resolve_model(self, spec):
+            return f"/models/{spec}"
+
+    pm = build_manager(autoload=False)
+    collect(pm)
+    for name in list(pm.origins):  # only our resolver answers below
+        pm.unregister(name=name)
+    pm.register(Resolver(), name="resolver")
+    assert pm.hook.minisgl_resolve_model(spec="tiny") == "/models/tiny"
+    err = capsys.readouterr().err
+    assert "minisgl: hook minisgl_register_transports(register) -> core.inproc" in err
+    assert "minisgl: hook minisgl_resolve_model(spec) -> resolver" in err
+    assert "minisgl: hook minisgl_resolve_model returned '/models/tiny'" in err
