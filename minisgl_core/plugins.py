@@ -371,9 +371,3 @@ def describe(pm: MinisglPluginManager, regs: Registries, *, all: bool = False) -
             rows = [merged, *[r for r in rows if r not in core]]
     return rows
 
-
-def summary(rows: Sequence[PluginRow]) -> str:
-    """One line for logs: ``plugins: core-0.1.0, transport_zmq-0.1.0, ...``."""
-    return "plugins: " + ", ".join(
-        f"{r.name}-{r.version}" + ("" if r.status == "ok" else " (broken)") for r in rows
-    )
