@@ -71,11 +71,12 @@ class MinisglPluginManager(pluggy.PluginManager):
         module = plugin.__name__ if isinstance(plugin, ModuleType) else None
         return Origin(name, module, "-", "-", "extra")
 
-    def mark_broken(self, origin: Origin, exc: BaseException) -> None:
-        """Unregister the plugin if needed, remember why, say so on stderr (or raise if strict)."""
-        if self.get_plugin(origin.name) is not None:
+    def mark_broken(self, origin: Origin, exc: BaseException, plugin: object = None) -> None:
+        """Unregister ``plugin`` if it got registered, remember why, say so on stderr (or raise
+        when strict)."""
+        if plugin is not None and self.get_plugin(origin.name) is plugin:
             self.unregister(name=origin.name)
-        self.origins.pop(origin.name, None)
+            self.origins.pop(origin.name, None)
         error = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever exc says
         self.broken[origin.name] = Broken(origin, error)
         if self.strict:
@@ -135,10 +136,14 @@ def register_plugin(pm: MinisglPluginManager, plugin: object, origin: Origin) ->
     try:
         if pm.is_registered(plugin):
             return True  # the same module reached us twice (entry point and extra): once is enough
+        if pm.has_plugin(origin.name):
+            other = pm.origin(origin.name)
+            raise ValueError(f"the name {origin.name} is taken by {other.module or 'an object'} "
+                             f"({other.dist} {other.version})")
         pm.register(plugin, name=origin.name)
         _validate(pm, plugin, origin.name)
     except Exception as exc:
-        pm.mark_broken(origin, exc)
+        pm.mark_broken(origin, exc, plugin)
         return False
     pm.origins[origin.name] = origin
     return True
@@ -284,7 +289,7 @@ def call_each(
         except Exception as exc:
             outcome.failed[owner] = exc
             if isinstance(pm, MinisglPluginManager):
-                pm.mark_broken(pm.origin(owner), exc)
+                pm.mark_broken(pm.origin(owner), exc, impl.plugin)
             else:
                 raise
     return outcome

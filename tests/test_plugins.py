@@ -233,3 +233,19 @@ def test_trace_env_prints_every_hook_call(monkeypatch, capsys) -> None:
     assert "minisgl: hook minisgl_register_transports(register) -> core.inproc" in err
     assert "minisgl: hook minisgl_resolve_model(spec) -> resolver" in err
     assert "minisgl: hook minisgl_resolve_model returned '/models/tiny'" in err
+
+
+def test_two_distributions_with_one_entry_point_name(minisgl_plugin_dist, monkeypatch, capsys):  # noqa: F811
+    minisgl_plugin_dist("acme-a", {"transport_acme": "acme_ok"}, {"acme_ok.py": GOOD})
+    minisgl_plugin_dist("acme-b", {"transport_acme": "acme_other"},
+                        {"acme_other.py": GOOD.replace('"acme"', '"acme2"')})
+    monkeypatch.setenv("MINISGL_LOAD_PLUGINS", "transport_acme")
+    pm = build_manager()
+    loaded = pm.origins["transport_acme"]
+    assert pm.broken["transport_acme"].error == (
+        f"ValueError: the name transport_acme is taken by {loaded.module} "
+        f"({loaded.dist} 0.1.0)"
+    )
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    regs = collect(pm)
+    assert len([n for n in ("acme", "acme2") if n in regs.transports]) == 1
