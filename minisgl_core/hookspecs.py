@@ -55,11 +55,12 @@ def minisgl_register_transports(register: Register) -> None:
 
 @hookspec
 def minisgl_register_frontends(register: Register) -> None:
-    """Add frontends by name, e.g. ``register("openai", "minisgl_frontend_openai.app:Frontend")``.
+    """Add frontends by name, e.g. ``register("openai", "pkg.server:OpenAIFrontend")``.
 
-    Called in the launcher/frontend process. The launcher calls the factory with the
-    ``EngineClient`` and the frontend's settings (``config.frontend_table(name)``) and gets a
-    ``minisgl_core.interfaces.Frontend``. The return value of the hook is ignored.
+    Called in the launcher/frontend process. The launcher calls
+    ``factory(client, config, options)`` with the ``EngineClient``, the ``LaunchConfig`` and the
+    ``[frontends.<name>]`` table, and gets a ``minisgl_core.interfaces.Frontend``. The return
+    value of the hook is ignored.
     """
 
 
