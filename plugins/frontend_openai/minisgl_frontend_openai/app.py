@@ -46,6 +46,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics."""
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics = metrics or FrontendMetrics()
+    app.state.live = live = set[Generation]()  # generations not yet closed (empty when idle)
     aliases = tuple(model_aliases)
     started = int(time.time())
 
@@ -159,21 +160,27 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
             raise _unavailable()
         gen = Generation(client, engine_requests, metrics, group_size=group_size)
         gen.start()
+        live.add(gen)
+
+        async def close() -> None:
+            live.discard(gen)
+            await gen.aclose()
+
         try:
             # the first delta of every choice comes before any header, so errors found while
             # tokenizing (prompt too long, bad token ids) still get a 4xx status
             await race_disconnect(request.receive, gen.prelude())
             if stream:
                 return SSEResponse(_stream_body(gen, fmt, len(engine_requests)),
-                                   on_close=gen.aclose)
+                                   on_close=close)
             await race_disconnect(request.receive, gen.collect())
         except ClientDisconnected:
-            await gen.aclose()
+            await close()
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         except BaseException:
-            await gen.aclose()
+            await close()
             raise
-        await gen.aclose()
+        await close()
         return JSONResponse(fmt.full(gen.choices, gen.usage()))
 
     if api_key:
@@ -182,6 +189,15 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     # added last = outermost: oversized bodies are refused before anything else reads them
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)
     return app
+
+
+def fail_in_flight(app: FastAPI, message: str) -> int:
+    """End every in-flight answer with a 503 / error event; returns how many there were."""
+    error = APIError(503, message, type="server_error", code="shutting_down")
+    live: set[Generation] = app.state.live
+    for gen in list(live):
+        gen.fail(error)
+    return len(live)
 
 
 async def _stream_body(gen: Generation, fmt: CompletionFormat, n: int) -> AsyncIterator[bytes]:

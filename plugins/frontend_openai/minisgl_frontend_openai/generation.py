@@ -118,6 +118,10 @@ class Generation:
             # siblings of one prompt may hit the prefix cache; count what all of them had to skip
             cached_tokens=sum(min(c.cached_tokens for c in g) for g in groups))
 
+    def fail(self, error: APIError) -> None:
+        """End the whole generation with ``error`` (e.g. the server is shutting down)."""
+        self._queue.put_nowait((0, error))
+
     async def aclose(self) -> None:
         """Abort whatever has not finished; idempotent and safe to call from ``finally``."""
         for task in self._tasks:

@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 
 from minisgl_core.client import EngineClient
-from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app
+from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 
 OPTIONS: dict[str, Any] = {
     "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
@@ -71,6 +71,7 @@ class OpenAIFrontend:
             except OSError:
                 sock.close()
                 raise
+            sock.listen(2048)  # listening now: a second bind of this port fails at once
             sock.set_inheritable(False)
             self._socket = sock
         return int(self._socket.getsockname()[1])
@@ -123,6 +124,8 @@ class OpenAIFrontend:
                 self._socket.close()
                 self._socket = None
             return
+        # streams end with an error event, not a torn connection, and then the server drains
+        fail_in_flight(self.app, "the server is shutting down")
         self._server.should_exit = True
         await self._stopped.wait()
 
