@@ -110,17 +110,17 @@ async def _close(stream: AsyncIterator[TextDelta], client: EngineClient, rid: st
 class GrpcFrontend:
     """The gRPC frontend: ``serve()`` until ``shutdown()``.
 
-    Options (the ``[frontends.grpc]`` table): ``host`` and ``port`` override ``config.host`` /
-    ``config.grpc_port`` (port 0 picks a free one, see ``bound_port``); ``grace_s`` (5.0) is how
-    long shutdown lets in-flight calls finish; ``health_interval_s`` (0.5) how often the health
-    status follows ``client.healthy()``.
+    It listens on ``config.host``:``config.grpc_port`` (127.0.0.1:50051 by default; port 0 picks
+    a free one, see ``bound_port``). Options (the ``[frontends.grpc]`` table): ``grace_s`` (5.0),
+    how long shutdown lets in-flight calls finish; ``health_interval_s`` (0.5), how often the
+    health status follows ``client.healthy()``.
     """
 
     def __init__(self, client: EngineClient, config: Any, options: Mapping[str, Any]) -> None:
         self._client = client
-        self.host = str(options.get("host") or getattr(config, "host", None) or DEFAULT_HOST)
-        port = options.get("port", getattr(config, "grpc_port", DEFAULT_PORT))
-        self.port = int(DEFAULT_PORT if port is None else port)
+        self.host = str(getattr(config, "host", None) or DEFAULT_HOST)
+        port = getattr(config, "grpc_port", None)
+        self.port = DEFAULT_PORT if port is None else int(port)
         self.grace_s = float(options.get("grace_s", 5.0))
         self.health_interval_s = float(options.get("health_interval_s", 0.5))
         self.bound_port: int | None = None

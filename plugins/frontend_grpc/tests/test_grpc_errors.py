@@ -90,7 +90,8 @@ def test_second_server_on_the_same_port_fails(run_server, engine) -> None:
     from minisgl_frontend_grpc.server import GrpcFrontend
 
     async def scenario(frontend, channel, engine) -> None:
-        second = GrpcFrontend(engine, None, {"host": "127.0.0.1", "port": frontend.bound_port})
+        config = type("Config", (), {"host": "127.0.0.1", "grpc_port": frontend.bound_port})()
+        second = GrpcFrontend(engine, config, {})
         with pytest.raises(RuntimeError, match="cannot bind"):
             await second.start()
 
