@@ -136,7 +136,7 @@ def launch(
     except RegistryError as exc:
         raise fail(str(exc)) from None
     run = lazy_entry("minisgl_core.launcher:launch", "the service")
-    raise typer.Exit(int(run(cfg) or 0))
+    raise typer.Exit(int(run(cfg, pm=_state(ctx).pm) or 0))
 
 
 def _table(rows: list[PluginRow]) -> str:

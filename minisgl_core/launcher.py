@@ -193,14 +193,17 @@ def _max_context(model_dir: str, override: int | None) -> int:
     return min(limit, override) if override else limit
 
 
-def launch(config: Any) -> int:
-    """Run the service until SIGINT/SIGTERM or a worker's death; return the exit code."""
+def launch(config: Any, pm: Any = None) -> int:
+    """Run the service until SIGINT/SIGTERM or a worker's death; return the exit code.
+
+    ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
+    """
     from minisgl_core.launch_serve import serve_forever
     from minisgl_core.plugins import build_manager, collect
 
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    pm = build_manager()
+    pm = pm or build_manager()
     registries = collect(pm)
     try:
         model_dir = resolve_model(pm, config.model)

@@ -28,7 +28,7 @@ def worker_main(spec: WorkerSpec) -> None:
                         format=f"%(asctime)s {spec.role} %(levelname)s %(message)s")
     from minisgl_core.plugins import build_manager, collect
 
-    registries = collect(build_manager(extra=list(spec.plugin_modules)))
+    registries = collect(build_manager(autoload=False, extra=list(spec.plugin_modules)))
     name = spec.config.transport
     transport = registries.transports.get(name)(spec.config.transports.get(name, {}))
     try:
