@@ -30,7 +30,7 @@ from minisgl_core.interfaces import (
     Sender,
     Transport,
 )
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.rundir import ipc_path, private_run_dir
 from minisgl_core.testing import transports as h
 
 MIB = 1 << 20
@@ -368,6 +368,17 @@ class TransportContract:
                 break
             except TimeoutError:
                 assert i < 499, "a sender never reached the rebound receiver"
+
+    def test_closing_a_bound_ipc_channel_leaves_no_file(self, tp: Transport,
+                                                        run_dir: Path) -> None:
+        ep = tp.endpoint(run_dir, "tidy")
+        path = ipc_path(ep)
+        if path is None:
+            pytest.skip(f"{ep} is not a file system ipc endpoint")
+        rx = tp.pull(ep, bind=True)
+        assert os.path.exists(path)
+        rx.close()
+        assert not os.path.exists(path)
 
     # ---- high-water mark --------------------------------------------------------------------
 

@@ -1,0 +1,17 @@
+"""minisgl plugin: the ``zmq`` transport (pyzmq PUSH/PULL and PUB/SUB over ipc or tcp).
+
+Only the registration lives here; zmq itself is imported when the transport is first built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minisgl_core import hookimpl
+
+__version__ = "0.1.0"
+
+
+@hookimpl
+def minisgl_register_transports(register: Any) -> None:
+    register("zmq", "minisgl_transport_zmq.transport:ZmqTransport")
