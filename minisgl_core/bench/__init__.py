@@ -1,0 +1,1 @@
+"""Benchmarks: transports, the serving path end to end, and transport comparisons."""

@@ -1,0 +1,332 @@
+"""`minisgl bench serve`: an async streaming-chat load generator for OpenAI-compatible servers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    import httpx
+
+TOPICS = ("the history of the bicycle", "how rainbows form", "why the sky is blue",
+          "the rules of chess", "how bread rises", "the life of honey bees",
+          "how a compass works", "the water cycle")
+FILLER = ("Please answer with care, give a few concrete examples and facts, and explain each "
+          "step in plain words so that a curious student can follow along easily. ").split()
+GRACE_S = 300.0  # after the time limit, requests in flight get this long before they are cut
+
+
+def make_messages(index: int, prompt_len: int | None = None) -> list[dict[str, str]]:
+    """The chat of request ``index``: a short question, padded to ~``prompt_len`` words."""
+    words = f"Tell me about {TOPICS[index % len(TOPICS)]}.".split()
+    if prompt_len:
+        words += list(itertools.islice(itertools.cycle(FILLER), max(0, prompt_len - len(words))))
+    return [{"role": "user", "content": " ".join(words)}]
+
+
+def default_requests(concurrency: int) -> int:
+    """Requests per level when not given: two full waves, at least 8."""
+    return max(8, 2 * concurrency)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile with linear interpolation (numpy's default); NaN when empty."""
+    xs = sorted(v for v in values if not math.isnan(v))
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One request as the client saw it (times in seconds from its start)."""
+
+    ok: bool
+    start: float
+    ttft: float
+    e2e: float
+    output_tokens: int
+    prompt_tokens: int
+    error: str = ""
+
+    @property
+    def tpot(self) -> float:
+        """Time per output token after the first (NaN with fewer than two tokens)."""
+        if not self.ok or self.output_tokens < 2:
+            return math.nan
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """One concurrency level: throughput, latency percentiles (ms) and failures."""
+
+    concurrency: int
+    requests: int  # started
+    completed: int
+    failures: int
+    duration_s: float
+    output_tokens: int
+    prompt_tokens: int
+    output_tok_s: float
+    req_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    e2e_p50_ms: float
+    e2e_p99_ms: float
+    max_tokens: int
+    ignore_eos: bool
+    errors: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able (NaN becomes null)."""
+        out = asdict(self)
+        out["errors"] = list(self.errors)
+        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in out.items()}
+
+    @classmethod
+    def from_records(cls, concurrency: int, started: int, records: Sequence[Record],
+                     duration_s: float, max_tokens: int, ignore_eos: bool) -> ServeResult:
+        good = [r for r in records if r.ok]
+        out_tokens = sum(r.output_tokens for r in good)
+        ms = lambda xs, q: percentile(xs, q) * 1000  # noqa: E731
+        ttft, tpot, e2e = ([r.ttft for r in good], [r.tpot for r in good],
+                           [r.e2e for r in good])
+        errors = tuple(dict.fromkeys(r.error for r in records if not r.ok))[:3]
+        if started > len(records):
+            errors += (f"{started - len(records)} cut at the time limit",)
+        d = max(duration_s, 1e-9)
+        return cls(concurrency, started, len(good), started - len(good), duration_s, out_tokens,
+                   sum(r.prompt_tokens for r in good), out_tokens / d, len(good) / d,
+                   ms(ttft, 50), ms(ttft, 99), ms(tpot, 50), ms(tpot, 99), ms(e2e, 50),
+                   ms(e2e, 99), max_tokens, ignore_eos, errors)
+
+
+def _error_text(raw: str) -> str:
+    try:
+        return str(json.loads(raw)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return raw[:200]
+
+
+async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Record:
+    """Stream one chat completion; TTFT is the first chunk with text (or any chunk if none)."""
+    import httpx
+
+    start = time.perf_counter()
+    first_text = first_any = math.nan
+    text_chunks = prompt_tokens = 0
+    usage: dict[str, Any] | None = None
+    finish: str | None = None
+    error = ""
+    try:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+            if resp.status_code != 200:
+                raw = (await resp.aread()).decode(errors="replace")
+                error = f"HTTP {resp.status_code}: {_error_text(raw)}"
+            else:
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    now = time.perf_counter() - start
+                    if chunk.get("error"):
+                        error = f"stream error: {chunk['error'].get('message', chunk['error'])}"
+                        break
+                    for choice in chunk.get("choices") or ():
+                        first_any = now if math.isnan(first_any) else first_any
+                        if (choice.get("delta") or {}).get("content"):
+                            first_text = now if math.isnan(first_text) else first_text
+                            text_chunks += 1
+                        finish = choice.get("finish_reason") or finish
+                    usage = chunk.get("usage") or usage
+    except (httpx.HTTPError, ValueError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    e2e = time.perf_counter() - start
+    if not error and finish is None:
+        error = "the stream ended without a finish_reason"
+    if usage:
+        tokens, prompt_tokens = int(usage["completion_tokens"]), int(usage["prompt_tokens"])
+    else:  # a server without include_usage: one chunk per token is the best guess
+        tokens = text_chunks
+    ttft = first_text if not math.isnan(first_text) else first_any
+    return Record(not error, start, ttft, e2e, tokens, prompt_tokens, error)
+
+
+def request_body(model: str, index: int, max_tokens: int, prompt_len: int | None,
+                 options: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body of request ``index`` (greedy, streaming, plus the accepted options)."""
+    return {"model": model, "messages": make_messages(index, prompt_len), "stream": True,
+            "max_tokens": max_tokens, "temperature": 0.0, **options}
+
+
+async def probe(client: httpx.AsyncClient, url: str, model: str,
+                prompt_len: int | None) -> dict[str, Any]:
+    """Warm up with one short request and find which extras the server takes: ``ignore_eos``
+    and ``stream_options.include_usage``, dropped one by one on a 400."""
+    candidates = [{"ignore_eos": True, "stream_options": {"include_usage": True}},
+                  {"stream_options": {"include_usage": True}}, {}]
+    last = ""
+    for options in candidates:
+        rec = await one_request(client, url, request_body(model, 0, 4, prompt_len, options))
+        if rec.ok:
+            return options
+        last = rec.error
+        if not rec.error.startswith("HTTP 400"):
+            break
+    raise RuntimeError(f"the warm-up request failed: {last}")
+
+
+async def run_level(client: httpx.AsyncClient, url: str, model: str, concurrency: int,
+                    requests: int, max_tokens: int, prompt_len: int | None,
+                    options: dict[str, Any], duration_limit_s: float,
+                    progress: bool = True) -> ServeResult:
+    """``requests`` requests, ``concurrency`` at a time (closed loop); no new request starts
+    after ``duration_limit_s`` and those still running ``GRACE_S`` later are cut."""
+    from tqdm import tqdm
+
+    # one short wave first (not counted): the batch shapes of this level are warm when timed
+    await asyncio.gather(*(one_request(client, url, request_body(
+        model, i, min(4, max_tokens), prompt_len, options)) for i in range(concurrency)))
+    counter = itertools.count()
+    records: list[Record] = []
+    started = 0
+    t0 = time.perf_counter()
+    bar = tqdm(total=requests, desc=f"concurrency {concurrency}", unit="req", file=sys.stderr,
+               disable=not progress, leave=False)
+
+    async def worker() -> None:
+        nonlocal started
+        while (i := next(counter)) < requests and time.perf_counter() - t0 < duration_limit_s:
+            started += 1
+            body = request_body(model, i, max_tokens, prompt_len, options)
+            records.append(await one_request(client, url, body))
+            bar.update(1)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, requests))]
+    _, pending = await asyncio.wait(tasks, timeout=duration_limit_s + GRACE_S)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    bar.close()
+    end = max((r.start + r.e2e for r in records), default=time.perf_counter())
+    return ServeResult.from_records(concurrency, started, records, end - t0, max_tokens,
+                                    bool(options.get("ignore_eos")))
+
+
+async def fetch_model(client: httpx.AsyncClient, url: str) -> str:
+    """The first id /v1/models lists."""
+    resp = await client.get(f"{url}/v1/models")
+    resp.raise_for_status()
+    return str(resp.json()["data"][0]["id"])
+
+
+async def run_serve(url: str, concurrency: Sequence[int], requests: int | None, max_tokens: int,
+                    *, model: str | None = None, prompt_len: int | None = None,
+                    duration_limit_s: float = 300.0, api_key: str | None = None,
+                    progress: bool = True) -> list[ServeResult]:
+    """The async core: warm up, then one ServeResult per concurrency level, in order."""
+    import httpx
+
+    url = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=max(concurrency) + 4, max_keepalive_connections=None)
+    timeout = httpx.Timeout(GRACE_S + duration_limit_s, connect=10.0)
+    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
+        model = model or await fetch_model(client, url)
+        options = await probe(client, url, model, prompt_len)
+        return [await run_level(client, url, model, c, requests or default_requests(c),
+                                max_tokens, prompt_len, options, duration_limit_s, progress)
+                for c in concurrency]
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table with aligned columns (floats with one decimal, None as '-')."""
+    def cell(v: object) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+    cells = [list(headers)] + [[cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |"
+             for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
+    return "\n".join(lines)
+
+
+TABLE_HEADERS = ("concurrency", "requests", "failures", "out tok/s", "req/s", "TTFT p50 ms",
+                 "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", "E2E p99 ms")
+
+
+def table_row(r: ServeResult) -> list[object]:
+    return [r.concurrency, r.requests, r.failures, r.output_tok_s, r.req_s, r.ttft_p50_ms,
+            r.ttft_p99_ms, r.tpot_p50_ms, r.tpot_p99_ms, r.e2e_p50_ms, r.e2e_p99_ms]
+
+
+def main(url: str, concurrency: list[int], requests: int | None, max_tokens: int,
+         json_lines: bool, model: str | None = None, prompt_len: int | None = None,
+         duration_limit_s: float = 300.0, api_key: str | None = None,
+         progress: bool = True) -> list[dict[str, Any]]:
+    """Run the load, print a table (or one JSON line per level), return the levels as dicts."""
+    results = asyncio.run(run_serve(url, concurrency, requests, max_tokens, model=model,
+                                    prompt_len=prompt_len, duration_limit_s=duration_limit_s,
+                                    api_key=api_key, progress=progress))
+    dicts = [r.as_dict() for r in results]
+    if json_lines:
+        for d in dicts:
+            print(json.dumps(d), flush=True)
+    else:
+        print(markdown_table(TABLE_HEADERS, [table_row(r) for r in results]))
+        if results and not results[0].ignore_eos:
+            print("(the server refused ignore_eos: requests may stop before max_tokens)")
+    return dicts
+
+
+def serve_command(
+    url: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible server.")] = (
+        "http://127.0.0.1:8000"),
+    concurrency: Annotated[list[int] | None, typer.Option(
+        help="Requests in flight at once (repeat for several levels).")] = None,
+    requests: Annotated[int | None, typer.Option(
+        help="Requests per level [default: 2 x concurrency, at least 8].")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
+    model: Annotated[str | None, typer.Option(help="Model name [default: /v1/models].")] = None,
+    prompt_len: Annotated[int | None, typer.Option(
+        help="Pad the prompt to about this many words [default: a short question].")] = None,
+    duration_limit: Annotated[float, typer.Option(
+        help="Seconds per level after which no new request starts.")] = 300.0,
+    api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY",
+                                                help="Bearer token.")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON line per level.")] = False,
+) -> None:
+    """Load an OpenAI-compatible server with streaming chat requests and report latency and
+    throughput per concurrency level."""
+    import httpx
+
+    try:
+        results = main(url, concurrency or [1, 8, 32], requests, max_tokens, json_, model,
+                       prompt_len, duration_limit, api_key)
+    except (httpx.HTTPError, RuntimeError) as exc:
+        typer.echo(f"minisgl: error: {url}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    failed = sum(r["failures"] for r in results)
+    if failed:
+        typer.echo(f"minisgl: {failed} request(s) failed", err=True)
+        raise typer.Exit(1)
