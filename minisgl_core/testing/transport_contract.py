@@ -266,6 +266,24 @@ class TransportContract:
             threading.Event().wait(0.002)
         assert got == b"m"
 
+    def test_a_recv_timeout_does_not_leak_into_arecv(self, pipe: tuple[Sender,
+                                                                      Receiver]) -> None:
+        tx, rx = pipe
+        with pytest.raises(TimeoutError):
+            rx.recv(timeout=0.01)
+
+        async def main() -> bytes:
+            async def later() -> None:
+                await asyncio.sleep(0.2)  # well past the recv timeout above
+                await tx.asend(b"late")
+
+            task = asyncio.create_task(later())
+            got = await rx.arecv()
+            await task
+            return got
+
+        assert h.run_async(main()) == b"late"
+
     def test_cancelled_arecv_loses_nothing(self, pipe: tuple[Sender, Receiver]) -> None:
         tx, rx = pipe
 
@@ -393,7 +411,12 @@ class TransportContract:
         pump.stop.set()
         got = 0  # now drain: the blocked send completes and nothing is lost or reordered
         while pump.is_alive() or got < pump.sent:
-            assert h.seq(rx.recv(timeout=10)) == got
+            try:
+                msg = rx.recv(timeout=10)
+            except TimeoutError:
+                raise AssertionError(f"drain stuck: {got} of {pump.sent} received, sender "
+                                     f"{'blocked' if pump.is_alive() else 'done'}") from None
+            assert h.seq(msg) == got
             got += 1
         assert pump.error is None and got == pump.sent
 

@@ -123,6 +123,8 @@ class NngReceiver(_Channel):
         if self._closed:
             raise self._closed_error()
         try:
+            if self._timeout_ms != -1:  # arecv obeys recv_timeout too; a recv(timeout) set it
+                self._sock.recv_timeout = self._timeout_ms = -1
             return await self._sock.arecv()  # type: ignore[no-any-return]
         except pynng.Closed:
             raise self._closed_error() from None

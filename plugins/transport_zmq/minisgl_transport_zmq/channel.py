@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ class _Channel:
         self._torn_down = False
         self._async_wait: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
         self.bound_file: tuple[str, int, int] | None = None  # (path, st_dev, st_ino) we bound
+        self.bound_tcp: tuple[str, int] | None = None  # (host, port) we bound
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._poller = zmq.Poller()
@@ -122,6 +124,8 @@ class _Channel:
                 except OSError:
                     pass
         self._sock.close(linger=0)
+        if self.bound_tcp is not None:
+            _wait_port_free(*self.bound_tcp)
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._on_close(self)
@@ -240,6 +244,18 @@ class ZmqReceiver(_Channel):
             raise self._translate(exc) from exc
         finally:
             self._leave()
+
+
+def _wait_port_free(host: str, port: int, limit: float = 1.0) -> None:
+    """zmq closes listeners in its I/O thread; wait (bounded) until the port refuses connections
+    so that close() really frees the endpoint for the next bind."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            socket.create_connection((host, port), timeout=0.1).close()
+        except OSError:
+            return
+        time.sleep(0.002)
 
 
 def socket_options(kind: int, *, bind: bool, hwm: int, limit: int,

@@ -78,6 +78,8 @@ class ZmqTransport:
             events = zmq.POLLIN if cls is ZmqReceiver else zmq.POLLOUT
             channel = cls(sock, endpoint, opts.max_message_bytes, self._forget, events)
             channel.bound_file = bound_file
+            if bind and endpoint.startswith("tcp://"):
+                channel.bound_tcp = _host_port(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         except BaseException:
             sock.close(linger=0)
             raise
@@ -116,3 +118,9 @@ class ZmqTransport:
         for channel in channels:
             channel.close()
         self._ctx.destroy(linger=0)
+
+
+def _host_port(endpoint: str) -> tuple[str, int]:
+    """("127.0.0.1", 5555) from "tcp://127.0.0.1:5555" (brackets of IPv6 hosts removed)."""
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    return host.strip("[]"), int(port)

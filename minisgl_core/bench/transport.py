@@ -1,0 +1,225 @@
+"""``minisgl bench transport``: every registered transport through the common interface.
+
+For each transport one peer is started (a spawned process; a thread for in-process transports)
+and every (mode, size) case runs against it: one-way latency p50/p99 from push/pull ping-pong
+(RTT / 2) and one-way throughput of a stream the peer sends as fast as it can. The measuring
+side is sync (``send``/``recv``) or async (``asend``/``arecv``); the peer is always sync.
+``multiprocessing.Queue`` is the baseline, and ratios are to zmq (ipc, sync) at the same size.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from minisgl_core.bench.transport_peer import (
+    QUIT,
+    READY,
+    Measured,
+    QueueReceiver,
+    QueueSender,
+    measure_async,
+    measure_sync,
+    peer_loop,
+    peer_process,
+    queue_peer_process,
+)
+from minisgl_core.interfaces import Receiver, Sender
+from minisgl_core.rundir import private_run_dir
+
+DEFAULT_SIZES = (64, 1024, 64 * 1024, 1024 * 1024)
+BASELINE = "mp.Queue"
+REFERENCE = "zmq"
+PIPE_BUDGET_BYTES = 128 << 20  # cap what one pipe may buffer: hwm = this // largest size
+
+
+@dataclass(frozen=True)
+class Row:
+    """One JSON line / table row."""
+
+    transport: str
+    peer: str  # "process" or "thread"
+    mode: str  # "sync" or "async"
+    size: int
+    p50_us: float
+    p99_us: float
+    round_trips: int
+    msgs_per_s: float
+    mb_per_s: float
+    p50_vs_zmq: float | None
+    thr_vs_zmq: float | None
+
+
+def _say(message: str) -> None:
+    print(f"bench transport: {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _transport_peer(name: str, plugins: list[str], options: dict[str, Any],
+                    multiprocess: bool) -> Iterator[tuple[Sender, Receiver]]:
+    """Start the peer of ``name`` and yield the measuring side's (to-peer, from-peer) ends."""
+    from minisgl_core.testing.transports import make_transport
+
+    transport = make_transport(name, plugins, options)
+    proc: Any = None
+    thread: threading.Thread | None = None
+    with private_run_dir(prefix="mb-") as run_dir:
+        down, up = transport.endpoint(run_dir, "down"), transport.endpoint(run_dir, "up")
+        try:
+            rx = transport.pull(up, bind=True)
+            if multiprocess:
+                ctx = multiprocessing.get_context("spawn")
+                proc = ctx.Process(target=peer_process, args=(name, plugins, options, down, up),
+                                   daemon=True)
+                proc.start()
+            else:
+                peer = make_transport(name, plugins, options)
+                thread = threading.Thread(target=_thread_peer, args=(peer, down, up), daemon=True)
+                thread.start()
+            if rx.recv(timeout=120) != READY:
+                raise RuntimeError(f"peer of {name} did not start")
+            tx = transport.push(down)
+            yield tx, rx
+            tx.send(QUIT)
+        finally:
+            if proc is not None:
+                proc.join(10)
+                if proc.is_alive():
+                    proc.kill()
+            if thread is not None:
+                thread.join(10)
+            transport.close()
+
+
+def _thread_peer(transport: Any, down: str, up: str) -> None:
+    try:
+        peer_loop(transport.pull(down, bind=True), transport.push(up))
+    finally:
+        transport.close()
+
+
+@contextmanager
+def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
+    ctx = multiprocessing.get_context("spawn")
+    down, up = ctx.Queue(hwm), ctx.Queue(hwm)
+    proc = ctx.Process(target=queue_peer_process, args=(down, up), daemon=True)
+    proc.start()
+    try:
+        rx, tx = QueueReceiver(up), QueueSender(down)
+        if rx.recv(timeout=120) != READY:
+            raise RuntimeError("queue peer did not start")
+        yield tx, rx
+        tx.send(QUIT)
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+
+
+def _plan(transports: Sequence[str] | None) -> tuple[list[tuple[str, bool]], list[str]]:
+    """The (name, multiprocess) list to run, reference first, and the plugin modules to load."""
+    from minisgl_core.plugins import build_manager, collect, loaded_module_names
+
+    pm = build_manager()
+    regs = collect(pm)
+    names = list(transports) if transports else regs.transports.names()
+    names.sort(key=lambda n: (n != REFERENCE, n))
+    plan = []
+    for name in names:
+        try:
+            factory = regs.transports.get(name)
+            plan.append((name, bool(getattr(factory, "multiprocess", True))))
+        except Exception as exc:  # one broken transport must not stop the others
+            _say(f"skipping {name}: {exc}")
+    return plan, loaded_module_names(pm)
+
+
+def _row(name: str, peer: str, mode: str, size: int, m: Measured,
+         ref: dict[int, Measured]) -> Row:
+    base = ref.get(size)
+    p50_ratio = m.p50_us / base.p50_us if base and base.p50_us else None
+    thr_ratio = m.msgs_per_s / base.msgs_per_s if base and base.msgs_per_s else None
+    return Row(name, peer, mode, size, round(m.p50_us, 1), round(m.p99_us, 1), m.round_trips,
+               round(m.msgs_per_s), round(m.mb_per_s, 1),
+               None if p50_ratio is None else round(p50_ratio, 2),
+               None if thr_ratio is None else round(thr_ratio, 3))
+
+
+def run(transports: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
+        duration: float = 1.0, emit: Any = None) -> list[Row]:
+    """Measure everything; call ``emit(row)`` as each case finishes; return all rows."""
+    sizes = list(sizes or DEFAULT_SIZES)
+    if any(s < 1 for s in sizes):
+        raise ValueError(f"message sizes must be >= 1 byte, got {sizes}")
+    hwm = max(16, min(1000, PIPE_BUDGET_BYTES // max(sizes)))
+    options = {"hwm": hwm, "max_message_bytes": max(64 << 20, 2 * max(sizes))}
+    plan, plugins = _plan(transports)
+    rows: list[Row] = []
+    ref: dict[int, Measured] = {}  # zmq sync results by size
+    peers: list[tuple[str, str, Any, tuple[str, ...]]] = [
+        (name, "process" if mp else "thread",
+         lambda n=name, m=mp: _transport_peer(n, plugins, options, m), ("sync", "async"))
+        for name, mp in plan]
+    peers.append((BASELINE, "process", lambda: _queue_peer(hwm), ("sync",)))
+    for name, peer, start, modes in peers:
+        _say(f"{name} ({peer} peer, hwm {hwm}) ...")
+        t0 = time.perf_counter()
+        try:
+            with start() as (tx, rx):
+                for mode in modes:
+                    measure = measure_sync if mode == "sync" else measure_async
+                    for size in sizes:
+                        m = measure(tx, rx, size, duration)
+                        if name == REFERENCE and mode == "sync":
+                            ref[size] = m
+                        row = _row(name, peer, mode, size, m, ref)
+                        rows.append(row)
+                        if emit is not None:
+                            emit(row)
+        except Exception as exc:  # report and go on with the next transport
+            _say(f"{name} failed: {type(exc).__name__}: {exc}")
+        _say(f"{name} done in {time.perf_counter() - t0:.1f} s")
+    return rows
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else (
+        f"{n >> 10} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B")
+
+
+def _ratio(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def table(rows: Sequence[Row]) -> str:
+    """A markdown table of ``rows`` (latency in microseconds, one-way)."""
+    head = ("| transport | peer | mode | size | p50 us | p99 us | round trips | msg/s | MB/s "
+            "| p50 vs zmq | msg/s vs zmq |")
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        lines.append(f"| {r.transport} | {r.peer} | {r.mode} | {_size(r.size)} | {r.p50_us:,.1f} "
+                     f"| {r.p99_us:,.1f} | {r.round_trips} | {r.msgs_per_s:,.0f} "
+                     f"| {r.mb_per_s:,.1f} | {_ratio(r.p50_vs_zmq, '.2f')}x "
+                     f"| {_ratio(r.thr_vs_zmq, '.3f')} |")
+    return "\n".join(lines)
+
+
+def main(transports: list[str] | None = None, sizes: list[int] | None = None,
+         json_lines: bool = False, duration: float = 1.0) -> None:
+    """Run the benchmark; print a markdown table, or one JSON object per case as it finishes."""
+
+    def emit(row: Row) -> None:
+        print(json.dumps(asdict(row)), flush=True)
+
+    rows = run(transports, sizes, duration, emit if json_lines else None)
+    if not json_lines:
+        print(table(rows))
+        print("\nLatency is one-way (ping-pong RTT / 2). Ratios compare with zmq (ipc, sync) at "
+              "the same size: p50 > 1 is slower, msg/s < 1 is slower.")
