@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from minisgl_core.client import EngineClient
 from minisgl_core.messages import GenerateRequest
@@ -85,6 +86,10 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
         param = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "path"))
         err = bad_request(f"Invalid value for '{param}': {first.get('msg')}", param=param or None)
         return JSONResponse(err.envelope(), status_code=400)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone_while_reading(_: Request, __: ClientDisconnect) -> Response:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody is there to read it
 
     @app.exception_handler(Exception)
     async def _internal_error(_: Request, exc: Exception) -> JSONResponse:

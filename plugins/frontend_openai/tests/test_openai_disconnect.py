@@ -3,6 +3,9 @@ token, with n choices, and through the official client; finished requests are ne
 
 from __future__ import annotations
 
+import asyncio
+import random
+import socket
 from typing import Any
 
 import httpx
@@ -126,3 +129,57 @@ def test_disconnect_aborts_through_the_api_key_middleware(keyed_server: Any, key
                                                             "prompt": marker + " 2"},
                    headers=headers, timeout=0.5)
     all_aborted(keyed_engine, kit, marker + " 2", 1)
+
+
+def test_client_gone_while_sending_the_body(server: Any, kit: Any, http: httpx.Client,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head + b'{"prompt": "half')
+    r = http.post(server.url + "/completions", json={"prompt": "after half", "max_tokens": 1})
+    assert r.status_code == 200
+    idle(server, kit)
+    assert not [rec for rec in caplog.records if rec.levelname == "ERROR"]
+
+
+def test_mixed_concurrent_requests_leave_nothing_behind(server: Any, engine: Any,
+                                                        kit: Any) -> None:
+    """60 concurrent requests, a third of them dropped at random points: every engine request
+    ends exactly once (finished or aborted) and the frontend is idle afterwards."""
+    rng = random.Random(7)
+
+    async def one(http: httpx.AsyncClient, i: int) -> None:
+        stream = i % 2 == 0
+        body = {"prompt": f"[slow] mixed {i}", "max_tokens": 15, "ignore_eos": True,
+                "stream": stream}
+        if stream:
+            async with http.stream("POST", server.url + "/completions", json=body) as r:
+                assert r.status_code == 200
+                assert (await r.aread()).endswith(b"data: [DONE]\n\n")
+        else:
+            assert (await http.post(server.url + "/completions", json=body)).status_code == 200
+
+    async def main() -> int:
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(timeout=20, limits=limits) as http:
+            tasks = [asyncio.create_task(one(http, i)) for i in range(60)]
+            dropped = rng.sample(tasks, 20)
+            for task in dropped:
+                await asyncio.sleep(rng.uniform(0, 0.01))
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)
+                    and not isinstance(r, asyncio.CancelledError)]
+        assert not failures, failures[:3]
+        return sum(isinstance(r, asyncio.CancelledError) for r in results)
+
+    cancelled = asyncio.run(main())
+    assert kit.wait_for(lambda: not engine.active and server.frontend.metrics.inflight == 0
+                        and not server.frontend.app.state.live)
+    ids = [r.request_id for r in engine.requests_with("[slow] mixed ")]
+    aborted = [rid for rid in engine.aborted if rid in set(ids)]
+    # a request dropped before it reached the engine has nothing to abort
+    assert 0 < len(aborted) == len(set(aborted)) <= cancelled
+    assert len(ids) == len(set(ids)) <= 60
+    assert len(ids) - len(aborted) >= 60 - cancelled  # everything not dropped finished
