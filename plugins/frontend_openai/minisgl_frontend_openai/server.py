@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 from collections.abc import Generator, Mapping
 from typing import Any
@@ -92,27 +93,38 @@ class OpenAIFrontend:
         """The FrontendMetrics behind /metrics."""
         return self.app.state.metrics
 
-    async def wait_started(self) -> None:
-        """Return once the server accepts connections."""
-        await self._started.wait()
+    async def wait_started(self) -> bool:
+        """Wait until the server accepts connections (True) or ``serve`` ended first (False)."""
+        waiters = [asyncio.ensure_future(self._started.wait()),
+                   asyncio.ensure_future(self._stopped.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return self._started.is_set()
 
     async def serve(self) -> None:
         """Serve until ``shutdown()``; a port already in use raises OSError."""
-        sock = self._socket if self._socket is not None else (self.bind() and self._socket)
-        assert sock is not None
-        opts = self.options
-        config = uvicorn.Config(
-            self.app, log_config=None, lifespan="off", access_log=bool(opts["access_log"]),
-            log_level=str(opts["log_level"]), http=str(opts["http"]),
-            timeout_keep_alive=int(opts["timeout_keep_alive_s"]),
-            timeout_graceful_shutdown=int(float(opts["graceful_shutdown_s"])) or None)
-        self._server = server = _Server(config)
-        server.should_exit = self._stop_requested
-        watcher = asyncio.ensure_future(self._watch_started(server))
+        watcher: asyncio.Future[None] | None = None
         try:
+            if self._stop_requested:  # shut down before it ever started
+                return
+            self.bind()
+            sock = self._socket
+            assert sock is not None
+            opts = self.options
+            config = uvicorn.Config(
+                self.app, log_config=None, lifespan="off", access_log=bool(opts["access_log"]),
+                log_level=str(opts["log_level"]), http=str(opts["http"]),
+                timeout_keep_alive=int(opts["timeout_keep_alive_s"]),
+                timeout_graceful_shutdown=math.ceil(float(opts["graceful_shutdown_s"])))
+            self._server = server = _Server(config)
+            watcher = asyncio.ensure_future(self._watch_started(server))
             await server.serve(sockets=[sock])
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
             self._socket = None  # uvicorn closed it
             self._stopped.set()
 
@@ -133,3 +145,5 @@ class OpenAIFrontend:
         while not server.started:
             await asyncio.sleep(0.01)
         self._started.set()
+        if self._stop_requested:  # shutdown() raced with startup: make sure it is seen
+            server.should_exit = True

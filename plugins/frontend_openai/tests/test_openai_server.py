@@ -71,6 +71,17 @@ def test_binding_port_zero_and_a_busy_port(kit: Any) -> None:
     probe.close()
 
 
+def test_shutdown_before_serve_means_serve_returns_at_once(kit: Any) -> None:
+    frontend = OpenAIFrontend(kit.ScriptedEngineClient(), config(), {})
+
+    async def main() -> bool:
+        await frontend.shutdown()
+        await asyncio.wait_for(frontend.serve(), 5)
+        return await asyncio.wait_for(frontend.wait_started(), 5)
+
+    assert asyncio.run(main()) is False
+
+
 def test_shutdown_ends_in_flight_answers_with_an_error(kit: Any) -> None:
     engine = kit.ScriptedEngineClient()
     running = kit.RunningServer(engine, options={"graceful_shutdown_s": 30})
