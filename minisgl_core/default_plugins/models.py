@@ -1,1 +1,22 @@
-"""Default plugin: models (filled in by its owner)."""
+"""Default plugin: the model architectures the engine ships (Llama, Qwen2, Qwen3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from minisgl_core import hookimpl
+
+# Lazy "module:attr" strings: registering imports nothing (torch stays off the --help path).
+# The engine's own fallback table, minisgl_core.engine.models.BUILTIN_MODELS, lists the same.
+ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "minisgl_core.engine.models.llama:LlamaForCausalLM",
+    "Qwen2ForCausalLM": "minisgl_core.engine.models.qwen2:Qwen2ForCausalLM",
+    "Qwen3ForCausalLM": "minisgl_core.engine.models.qwen3:Qwen3ForCausalLM",
+}
+
+
+@hookimpl
+def minisgl_register_models(register: Callable[[str, str], None]) -> None:
+    """Register each built-in architecture under its Hugging Face ``architectures[0]`` name."""
+    for name, target in ARCHITECTURES.items():
+        register(name, target)

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from minisgl_core import hookimpl
+
+DEFAULT_SPECS = ("", "default", "smollm2")  # same as minisgl_core.engine.weights.DEFAULT_SPECS
 
 
 @hookimpl(trylast=True)
 def minisgl_resolve_model(spec: str | None) -> str | None:
-    """The embedded SmolLM2 for None/"default"/"smollm2", else an existing model directory.
+    """The embedded SmolLM2 for None/""/"default"/"smollm2"; an existing model directory as is.
 
-    Runs last so that plugin resolvers (hub names, other caches) are asked first; raises a
-    one-line error for a missing default-model package or a path that is not a model.
+    Runs last so that plugin resolvers (hub names, other caches) are asked first. Returns None
+    for anything else; raises a one-line error when the default model's package is missing.
     """
-    from minisgl_core.engine.weights import resolve_model
+    if spec is None or spec.strip().lower() in DEFAULT_SPECS:
+        from minisgl_core.engine.weights import ensure_default_model
 
-    return str(resolve_model(spec))
+        return str(ensure_default_model())
+    path = Path(spec).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return str(path.resolve())
+    return None

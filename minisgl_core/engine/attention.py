@@ -145,6 +145,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
                     ws: Workspace) -> torch.Tensor:
     """``q [T, Hq, D]``, new ``k, v [T, Hkv, D]`` (already stored) -> ``[T, Hq * D]``."""
     t, hq, d = q.shape
+    q = q.contiguous()  # a strided q (a slice of the fused q|k rows) sends SDPA down a slow path
     outs: list[torch.Tensor] = []
     nd = meta.num_decode
     if meta.decode is not None:

@@ -92,13 +92,15 @@ class DecoderForCausalLM:
         self.norm = self._take(top, "model.norm.weight")
         head = top.pop("lm_head.weight", None)
         tied = self.cfg.tie_word_embeddings or head is None
-        self.lm_head = self.embed if tied else head.to(self.device, self.dtype)  # type: ignore[union-attr]
+        self.lm_head = self.embed if tied else self._take({"h": head}, "h")  # type: ignore[dict-item]
         self.layers = [self._fuse(i, w) for i, w in enumerate(per_layer)]
 
     def _take(self, weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
         if name not in weights:
             raise ValueError(f"checkpoint has no tensor {name!r}")
-        return weights.pop(name).to(self.device, self.dtype).contiguous()
+        # a copy: safetensors hands out views of a file mapping, and every page of that mapping
+        # we ever touched would stay in our resident set for as long as one view lives
+        return weights.pop(name).to(self.device, self.dtype, copy=True).contiguous()
 
     def _cat(self, w: dict[str, torch.Tensor], prefix: str, names: tuple[str, ...],
              suffix: str) -> torch.Tensor | None:

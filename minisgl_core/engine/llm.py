@@ -1,0 +1,106 @@
+"""The offline API: ``LLM(model).generate(prompts, SamplingParams(...))`` in one process."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from minisgl_core.engine.config import EngineConfig
+from minisgl_core.engine.engine import Engine
+from minisgl_core.messages import SamplingParams
+
+Prompt = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """One finished request: its prompt, generated tokens and text, and why it stopped."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to the earliest occurrence of any stop string (the stop string excluded)."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+class LLM:
+    """A model and an Engine in this process; generate() batches every prompt given to it."""
+
+    def __init__(self, model: str | None = None, dtype: str = "float32",
+                 num_pages: int | None = None, page_size: int = 16,
+                 max_seq_len_override: int | None = None, **options: Any) -> None:
+        from minisgl_core.engine.weights import resolve_model
+
+        path = resolve_model(model)
+        self.engine = Engine(EngineConfig(model=str(path), dtype=dtype, num_pages=num_pages,
+                                          page_size=page_size,
+                                          max_seq_len_override=max_seq_len_override, **options))
+        self.tokenizer = self.engine.tokenizer
+        self._ids = itertools.count()
+
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+                 ) -> list[RequestOutput]:
+        """Generate for each prompt (text or token ids); results come back in prompt order."""
+        if isinstance(prompts, str) or (
+                isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        items: list[tuple[str | None, list[int]]] = []
+        for p in prompts:  # type: ignore[union-attr]
+            if isinstance(p, str):
+                items.append((p, self.tokenizer.encode(p)))
+            else:
+                items.append((None, [int(t) for t in p]))
+        return self._run(items, sampling)
+
+    def chat(self, messages_list: Sequence[Sequence[Mapping[str, str]]],
+             sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+             ) -> list[RequestOutput]:
+        """Apply the model's chat template to each conversation, then generate."""
+        items: list[tuple[str | None, list[int]]] = []
+        for messages in messages_list:
+            text = self.tokenizer.apply_chat_template([dict(m) for m in messages],
+                                                      add_generation_prompt=True, tokenize=False)
+            # the template already holds any BOS: do not add special tokens twice
+            items.append((text, self.tokenizer.encode(text, add_special_tokens=False)))
+        return self._run(items, sampling)
+
+    def _run(self, items: list[tuple[str | None, list[int]]],
+             sampling: SamplingParams | Sequence[SamplingParams] | None) -> list[RequestOutput]:
+        if sampling is None:
+            sampling = SamplingParams()
+        params = [sampling] * len(items) if isinstance(sampling, SamplingParams) else list(sampling)
+        if len(params) != len(items):
+            raise ValueError(f"{len(items)} prompts but {len(params)} SamplingParams")
+        ids = [f"llm-{next(self._ids)}" for _ in items]
+        engine = self.engine
+        tokens: dict[str, list[int]] = {rid: [] for rid in ids}
+        reasons: dict[str, str] = {}
+        try:
+            for rid, (_, prompt_ids), sp in zip(ids, items, params, strict=True):
+                engine.add_request(rid, prompt_ids, sp)
+            while engine.has_work():
+                for out in engine.step():
+                    tokens[out.request_id].extend(out.token_ids)
+                    if out.finish_reason is not None:
+                        reasons[out.request_id] = out.finish_reason
+        finally:
+            for rid in ids:
+                if rid not in reasons:
+                    engine.abort(rid)
+        results = []
+        for rid, (prompt, prompt_ids), sp in zip(ids, items, params, strict=True):
+            text = self.tokenizer.decode(tokens[rid], skip_special_tokens=sp.skip_special_tokens)
+            if sp.stop and reasons[rid] == "stop":
+                text = cut_at_stop(text, sp.stop)
+            results.append(RequestOutput(rid, prompt, prompt_ids, tokens[rid], text, reasons[rid]))
+        return results
