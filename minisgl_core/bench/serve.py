@@ -303,13 +303,13 @@ def serve_command(
     url: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible server.")] = (
         "http://127.0.0.1:8000"),
     concurrency: Annotated[list[int] | None, typer.Option(
-        help="Requests in flight at once (repeat for several levels).")] = None,
+        help="Requests in flight at once, repeat for several levels (default: 1, 8, 32).")] = None,
     requests: Annotated[int | None, typer.Option(
-        help="Requests per level [default: 2 x concurrency, at least 8].")] = None,
+        help="Requests per level (default: 2 x concurrency, at least 8).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
-    model: Annotated[str | None, typer.Option(help="Model name [default: /v1/models].")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (default: /v1/models).")] = None,
     prompt_len: Annotated[int | None, typer.Option(
-        help="Pad the prompt to about this many words [default: a short question].")] = None,
+        help="Pad the prompt to about this many words (default: a short question).")] = None,
     duration_limit: Annotated[float, typer.Option(
         help="Seconds per level after which no new request starts.")] = 300.0,
     api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY",

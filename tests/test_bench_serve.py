@@ -1,0 +1,170 @@
+"""`minisgl bench serve` against a launched service (tiny model) and a minimal OpenAI server."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from minisgl_core.bench import serve
+from minisgl_core.testing.service import RunningService, free_port, launch_service
+
+SERVICE_ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+    from minisgl_core.testing.tiny import make_tiny_model
+
+    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama", "llama")
+    svc = launch_service(str(model), transport="zmq", args=SERVICE_ARGS,
+                         log_dir=tmp_path_factory.mktemp("logs"))
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(serve.serve_command)
+    return app
+
+
+def check_level(level: dict[str, Any], concurrency: int, requests: int, max_tokens: int) -> None:
+    assert level["concurrency"] == concurrency
+    assert (level["requests"], level["completed"], level["failures"]) == (requests, requests, 0)
+    assert level["errors"] == []
+    assert level["ignore_eos"] is True
+    assert level["output_tokens"] == requests * max_tokens  # EOS ignored: every token counted
+    assert level["prompt_tokens"] > requests
+    assert level["duration_s"] > 0
+    assert level["output_tok_s"] == pytest.approx(level["output_tokens"] / level["duration_s"])
+    assert level["req_s"] == pytest.approx(requests / level["duration_s"])
+    for metric in ("ttft", "tpot", "e2e"):
+        p50, p99 = level[f"{metric}_p50_ms"], level[f"{metric}_p99_ms"]
+        assert 0 <= p50 <= p99, metric
+    assert level["ttft_p99_ms"] <= level["e2e_p99_ms"]
+    # a request lasts at least its TTFT plus (n - 1) token gaps, and no longer than the level
+    assert level["e2e_p50_ms"] <= level["duration_s"] * 1000
+
+
+def generated(service: RunningService) -> float:
+    return service.metrics()["minisgl_generation_tokens_total"]
+
+
+def test_serve_reports_each_level(service: RunningService,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    before = generated(service)
+    results = serve.main(service.url, [1, 4], 8, 8, json_lines=True, progress=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == results
+    assert len(results) == 2
+    check_level(results[0], 1, 8, 8)
+    check_level(results[1], 4, 8, 8)
+    # the server counted the same tokens, plus the uncounted warm-ups: the probe and one short
+    # wave per level, 4 tokens each
+    expected = before + 2 * 8 * 8 + 4 * (1 + 1 + 4)
+    assert service.wait_metrics(
+        lambda m: m["minisgl_generation_tokens_total"] >= expected
+    )["minisgl_generation_tokens_total"] == expected
+
+
+def test_serve_command_table_and_json(service: RunningService) -> None:
+    runner = CliRunner()
+    args = ["--url", service.url, "--concurrency", "2", "--requests", "4", "--max-tokens", "4"]
+    out = runner.invoke(cli(), [*args, "--json"])
+    assert out.exit_code == 0, out.output
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    check_level(json.loads(line), 2, 4, 4)
+    out = runner.invoke(cli(), [*args, "--model", service.model_name()])
+    assert out.exit_code == 0, out.output
+    header, rule, row = out.stdout.splitlines()[:3]
+    assert "TTFT p50 ms" in header and set(rule) <= {"|", "-", ":"}
+    assert row.split("|")[1].strip() == "2"
+
+
+def test_serve_unreachable_server_exits_1() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    out = CliRunner().invoke(cli(), ["--url", url, "--requests", "1"])
+    assert out.exit_code == 1
+    assert f"minisgl: error: {url}" in out.stderr
+
+
+def test_percentile_matches_numpy() -> None:
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, float("nan")]
+    finite = [v for v in values if not math.isnan(v)]
+    for q in (0, 50, 90, 99, 100):
+        assert serve.percentile(values, q) == pytest.approx(np.percentile(finite, q))
+    assert math.isnan(serve.percentile([], 50))
+
+
+# ---- a minimal OpenAI-style server: refuses ignore_eos, streams without usage ----------------
+
+CHUNKS = ["Hel", "lo", " there"]
+
+
+def strict_app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def models(_: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": "strict-model"}]})
+
+    async def chat(request: Request) -> Any:
+        body = await request.json()
+        if "ignore_eos" in body:
+            return JSONResponse({"error": {"message": "unknown field ignore_eos",
+                                           "type": "invalid_request_error"}}, status_code=400)
+        assert body["model"] == "strict-model" and body["stream"] is True
+
+        async def events() -> Any:
+            for text in CHUNKS:
+                chunk = {"choices": [{"index": 0, "delta": {"content": text},
+                                      "finish_reason": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            yield f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/models", models),
+                             Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+@pytest.fixture
+def strict_server() -> Iterator[str]:
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(strict_app(), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_serve_drops_refused_ignore_eos(strict_server: str) -> None:
+    (level,) = serve.main(strict_server, [3], 6, 64, json_lines=False, progress=False)
+    assert level["ignore_eos"] is False
+    assert (level["completed"], level["failures"]) == (6, 0)
+    assert level["output_tokens"] == 6 * len(CHUNKS)  # no usage chunk: one token per text chunk
+    assert level["prompt_tokens"] == 0
