@@ -192,6 +192,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (tput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
     lines = [(s["transport"], s["levels"], {"marker": "o"}) for s in results["service"]]
@@ -210,6 +211,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend()
     ttft.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ttft.yaxis.set_major_formatter(plain)
+    ttft.yaxis.set_minor_formatter(plain)
     fig.suptitle(f"minisgl serving: {results['model']}, {results['max_tokens']} tokens/request")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
