@@ -266,7 +266,7 @@ def compare_command(
         help="Requests per level (default: 2 x concurrency, at least 8).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
     model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
-    out: Annotated[Path, typer.Option(help="Results folder.")] = Path("bench-results/compare"),
+    out: Annotated[Path, typer.Option(help="Results folder.")] = Path("results/compare"),
     prompt_len: Annotated[int | None, typer.Option(
         help="Pad the prompt to about this many words (default: a short question).")] = None,
     duration_limit: Annotated[float, typer.Option(
@@ -281,7 +281,7 @@ def compare_command(
     argv += [f"--concurrency={c}" for c in concurrency or []]
     for flag, value, default in (("requests", requests, None), ("max-tokens", max_tokens, 64),
                                  ("model", model, None), ("prompt-len", prompt_len, None),
-                                 ("out", out, Path("bench-results/compare"))):
+                                 ("out", out, Path("results/compare"))):
         if value != default:
             argv.append(f"--{flag}={value}")
     argv += [] if offline else ["--no-offline"]
