@@ -55,6 +55,7 @@ async def _serve(service: Any, registries: Any, pm: Any) -> int:
         if task is not waiter and task.exception() is not None:
             failure.append(f"frontend failed: {task.exception()!r}")
     reason = failure[0] if failure else "shutting down"
+    log.info("stopping: %s", reason)
     for client in service.clients.values():
         client.fail_all(reason)
     if failure:
@@ -62,6 +63,7 @@ async def _serve(service: Any, registries: Any, pm: Any) -> int:
     for fe in frontends:
         with contextlib.suppress(Exception):
             await fe.shutdown()
+    log.info("frontends stopped")
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

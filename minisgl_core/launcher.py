@@ -59,15 +59,22 @@ class Service:
     plugin_modules: tuple[str, ...] = ()
 
     def send_shutdown(self) -> None:
-        """Ask every worker to leave its loop."""
-        for addr in (self.endpoints.tokenizer, self.endpoints.scheduler,
-                     self.endpoints.detokenizer):
-            try:
-                sender = self.transport.push(addr)
-                sender.send(codec.encode(Shutdown()))
-                sender.close()
-            except Exception:  # noqa: BLE001 - the worker may already be gone
-                pass
+        """Ask every live worker to leave its loop (bounded: a push to a dead peer would block)."""
+        inbox = {"tokenizer": self.endpoints.tokenizer, "scheduler": self.endpoints.scheduler,
+                 "detokenizer": self.endpoints.detokenizer}
+        targets = [inbox[w.role] for w in self.workers if w.alive()]
+
+        def send_all() -> None:
+            for addr in targets:
+                try:
+                    # left open: closing with linger 0 would drop the message before it leaves
+                    self.transport.push(addr).send(codec.encode(Shutdown()))
+                except Exception:  # noqa: BLE001 - the worker may be gone by now
+                    pass
+
+        sender_thread = threading.Thread(target=send_all, name="shutdown", daemon=True)
+        sender_thread.start()
+        sender_thread.join(1.0)
 
     def stop(self) -> None:
         """Stop every worker (Shutdown, then SIGTERM, then SIGKILL) and remove the run dir."""
@@ -85,6 +92,7 @@ class Service:
         self.control.close()
         self.transport.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        log.info("all workers stopped")
 
 
 def make_run_dir() -> Path:

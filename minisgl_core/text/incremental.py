@@ -26,6 +26,11 @@ class IncrementalDetokenizer:
       the window exceeds ``window`` tokens: every decode is O(window + max_hold), and the number
       of decodes per token is about ``1 + 1/window``.
     - ``read`` only moves forward, and text once returned is never revised.
+
+    The stream equals a one-shot decode of the same ids for any decoder whose output for a
+    prefix ending on a complete character is a prefix of the output for every extension. One
+    known exception: a ByteFallback decoder renders a run of byte pieces that is not valid UTF-8
+    as one U+FFFD per byte, including valid bytes before the fault that were already streamed.
     """
 
     __slots__ = ("_decode", "_ids", "_prefix", "_read", "_prefix_text", "_read_clean",
@@ -60,13 +65,21 @@ class IncrementalDetokenizer:
     def push(self, token_ids: Iterable[int]) -> str:
         """Add output tokens; return the text that became settled (possibly empty)."""
         ids = self._ids
+        before = len(ids)
         ids.extend(token_ids)
         n = len(ids)
         if n == self._read:
             return ""
-        full = self._decode(ids[self._prefix:])
+        decode, prefix = self._decode, self._prefix
+        full = decode(ids[prefix:])
         if not full.endswith(REPLACEMENT):
             return self._commit(full, n, clean=True)
+        # Several new tokens may complete a character and start the next one: settle up to the
+        # last character boundary among them (earlier positions were tried on earlier steps).
+        for j in range(n - 1, max(self._read, before), -1):
+            head = decode(ids[prefix:j])
+            if not head.endswith(REPLACEMENT):
+                return self._commit(head, j, clean=True)
         if n - self._read > self._max_hold:
             return self._force(full, n)
         return ""

@@ -24,7 +24,7 @@ def test_scheduler_killed_mid_stream(tiny_model: str, tmp_path: Path, transport:
     try:
         scheduler = next(p for p in svc.worker_pids
                          if "scheduler" in " ".join(psutil.Process(p).cmdline()))
-        body = {"model": svc.model_name(), "max_tokens": 500, "stream": True, "ignore_eos": True,
+        body = {"model": svc.model_name(), "max_tokens": 400, "stream": True, "ignore_eos": True,
                 "messages": [{"role": "user", "content": "go"}]}
         lines = []
         with httpx.stream("POST", f"{svc.url}/v1/chat/completions", json=body,

@@ -30,7 +30,7 @@ def assert_idle(service: RunningService, timeout: float = 2.0) -> None:
 def test_workers_are_named_processes(service: RunningService) -> None:
     import psutil
 
-    titles = sorted(" ".join(psutil.Process(p).cmdline()) for p in service.worker_pids)
+    titles = sorted(" ".join(psutil.Process(p).cmdline()).strip() for p in service.worker_pids)
     assert titles == ["minisgl::detokenizer", "minisgl::scheduler", "minisgl::tokenizer"]
 
 
