@@ -91,10 +91,10 @@ def _weights(cfg: dict[str, Any], arch: str, seed: int) -> dict[str, Any]:
         return 1.0 + rand(n, std=0.1)
 
     # large-ish scales give peaked logits, so greedy ties (and flaky comparisons) are unlikely
-    w: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rand(vocab, hidden, std=1.0),
+    w: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rand(vocab, hidden, std=0.5),
                                   "model.norm.weight": norm(hidden)}
     if not cfg["tie_word_embeddings"]:
-        w["lm_head.weight"] = rand(vocab, hidden, std=1.0)
+        w["lm_head.weight"] = rand(vocab, hidden, std=0.5)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(hidden)
