@@ -136,8 +136,9 @@ class TokenizerRole:
         limit = self.max_context
         where = "messages" if param == "messages" else "prompt"
         if n >= limit:
-            detail = (f"your {where} has {n} tokens" if n > limit else
-                      f"your {where} has {n} tokens, which leaves no room for the completion")
+            detail = f"your {where} resulted in {n} tokens"
+            if n == limit:
+                detail += ", which leaves no room for the completion"
             raise RequestError(f"This model's maximum context length is {limit} tokens. "
                                f"However, {detail}. Please reduce the length of the {where}.",
                                code="context_length_exceeded", param=param)

@@ -94,3 +94,11 @@ def sp_tokenizer(sp_dir: Path):
     from minisgl_core.text.hf import load_tokenizer
 
     return load_tokenizer(sp_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny test model (byte-level BPE tokenizer, ChatML template, EOS {0, 2})."""
+    from minisgl_core.testing.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
