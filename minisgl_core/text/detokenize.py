@@ -118,7 +118,7 @@ class DetokenizerRole:
         return TextDelta(request_id=delta.request_id, text=text, token_ids=ids)
 
     def _finish(self, rid: str, state: _Request, delta: TokenDelta) -> TextDelta:
-        text, error = "", delta.error
+        text, error, reason = "", delta.error, delta.finish_reason
         try:
             render = delta.token_ids
             if delta.finish_reason == "stop" and render and render[-1] in self.eos_token_ids:
@@ -133,12 +133,13 @@ class DetokenizerRole:
             log.exception("detokenizing the end of request %s failed", rid)
             if error is None:
                 error = ErrorInfo(f"detokenization failed: {type(exc).__name__}", "server_error")
+                reason = "error"
         finally:
             self._states.pop(rid, None)
             self._tombstone(rid)
         return TextDelta(request_id=rid, text=text,
                          token_ids=(*state.unsent_ids, *delta.token_ids),
-                         finish_reason=delta.finish_reason, prompt_tokens=delta.prompt_tokens,
+                         finish_reason=reason, prompt_tokens=delta.prompt_tokens,
                          completion_tokens=delta.completion_tokens,
                          cached_tokens=delta.cached_tokens, error=error)
 

@@ -221,3 +221,23 @@ def test_throughput_32_requests_x_256_tokens(role, capsys) -> None:
     assert role.active_count() == 0
     with capsys.disabled():
         print(f"\ndetokenizer: {32 * 256 / elapsed:,.0f} tokens/s (32 x 256)")
+
+
+def test_a_failing_request_ends_alone_with_an_error(role) -> None:
+    tok = role.tokenizer
+    good, bad = tok.encode("Hello"), [-1]  # a negative id: the tokenizer itself raises
+    out = role.process(TokenBatch((TokenDelta("f-ok", tuple(good), detokenize=info()),
+                                   TokenDelta("f-bad", tuple(bad), detokenize=info()))))
+    by_id = {d.request_id: d for d in out["fe"]}
+    assert by_id["f-ok"].text == "Hello" and by_id["f-ok"].finish_reason is None
+    assert by_id["f-bad"].finish_reason == "error"
+    assert by_id["f-bad"].error is not None and by_id["f-bad"].error.type == "server_error"
+    assert role.active_count() == 1
+    # The scheduler does not know yet: its later deltas for the failed request are dropped.
+    out = role.process(TokenBatch((TokenDelta("f-bad", tuple(good)),
+                                   TokenDelta("f-bad", (), finish_reason="length"),
+                                   TokenDelta("f-ok", tuple(bad), finish_reason="length"))))
+    (final,) = out["fe"]
+    assert (final.request_id, final.finish_reason) == ("f-ok", "error")
+    assert final.error is not None and final.error.type == "server_error"
+    assert role.active_count() == 0
