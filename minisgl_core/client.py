@@ -37,6 +37,9 @@ class EngineClient(Protocol):
     def generate(self, request: GenerateRequest) -> AsyncIterator[TextDelta]:
         """Submit ``request`` and yield its TextDeltas; the last one carries finish_reason.
 
+        The deltas carry the engine's own request id: ids are made unique per run on the way in,
+        so a client-chosen id that repeats cannot collide with another request.
+
         Raises EngineUnavailable / EngineOverloaded before yielding anything when the request
         cannot be taken. Closing the iterator early (client disconnect, cancellation) aborts the
         request in the scheduler.

@@ -9,6 +9,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
+
 from minisgl_core import codec
 from minisgl_core.client import EngineOverloaded, EngineUnavailable
 from minisgl_core.interfaces import ChannelClosed
@@ -39,7 +41,9 @@ class TransportEngineClient:
         self._tokenizer_endpoint = tokenizer_endpoint
         self._frontend_id = frontend_id
         self._max_waiting = max_waiting
-        self._streams: dict[str, asyncio.Queue[TextDelta]] = {}
+        self._streams: dict[str, asyncio.Queue[TextDelta]] = {}  # by wire id
+        self._wire_ids: dict[str, str] = {}  # frontend's request id -> wire id
+        self._counter = 0
         self._reader: asyncio.Task[None] | None = None
         self._healthy = False
         self._down_reason = "the engine is starting"
@@ -79,20 +83,17 @@ class TransportEngineClient:
         if self._metrics.get("requests_waiting", 0) >= self._max_waiting:
             raise EngineOverloaded(
                 f"the waiting queue is full ({self._max_waiting} requests); retry later")
-        rid = request.request_id
-        if rid in self._streams:
-            raise ValueError(f"request id {rid!r} is already in flight")
+        # Ids on the wire are made here, unique per run: a client-chosen id may repeat.
+        self._counter += 1
+        rid = f"{self._frontend_id}-{self._counter}"
         queue: asyncio.Queue[TextDelta] = asyncio.Queue()
         self._streams[rid] = queue
+        self._wire_ids[request.request_id] = rid
         finished = False
         try:
-            if request.owner != self._frontend_id or not request.arrival_time:
-                import msgspec
-
-                request = msgspec.structs.replace(
-                    request, owner=self._frontend_id,
-                    arrival_time=request.arrival_time or time.time())
-            self._send(codec.encode(request))
+            self._send(codec.encode(msgspec.structs.replace(
+                request, request_id=rid, owner=self._frontend_id,
+                arrival_time=request.arrival_time or time.time())))
             while True:
                 delta = await queue.get()
                 if delta.finish_reason is not None:
@@ -102,12 +103,16 @@ class TransportEngineClient:
                     return
         finally:
             self._streams.pop(rid, None)
+            if self._wire_ids.get(request.request_id) == rid:
+                del self._wire_ids[request.request_id]
             if not finished:
                 self._send_abort(rid)
 
     async def abort(self, request_id: str) -> None:
-        """Abort a request; idempotent."""
-        self._send_abort(request_id)
+        """Abort a request by the id its frontend gave it; idempotent."""
+        rid = self._wire_ids.get(request_id)
+        if rid is not None:
+            self._send_abort(rid)
 
     # ---- lifecycle, driven by the launcher --------------------------------------------------
 
