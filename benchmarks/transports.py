@@ -17,5 +17,6 @@ if __name__ == "__main__":
                         help=f"message size in bytes (repeat; default {list(DEFAULT_SIZES)})")
     parser.add_argument("--json", action="store_true", help="one JSON line per case")
     parser.add_argument("--duration", type=float, default=1.0, help="seconds per case")
+    parser.add_argument("--repeat", type=int, default=1, help="runs; report per-case medians")
     args = parser.parse_args()
-    main(args.transport, args.size, args.json, args.duration)
+    main(args.transport, args.size, args.json, args.duration, args.repeat)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import statistics
 import sys
 import threading
 import time
@@ -211,15 +212,49 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def median_rows(runs: Sequence[Sequence[Row]]) -> list[Row]:
+    """Per case, the median of each figure over ``runs``; ratios recomputed from the medians."""
+    cases: dict[tuple[str, str, int], list[Row]] = {}
+    for rows in runs:
+        for r in rows:
+            cases.setdefault((r.transport, r.mode, r.size), []).append(r)
+    med: dict[tuple[str, str, int], Measured] = {
+        key: Measured(statistics.median(r.p50_us for r in rs),
+                      statistics.median(r.p99_us for r in rs),
+                      int(statistics.median(r.round_trips for r in rs)),
+                      statistics.median(r.msgs_per_s for r in rs),
+                      statistics.median(r.mb_per_s for r in rs))
+        for key, rs in cases.items()}
+    ref = {size: m for (name, mode, size), m in med.items() if (name, mode) == (REFERENCE, "sync")}
+    return [_row(name, rs[0].peer, mode, size, med[(name, mode, size)], ref)
+            for (name, mode, size), rs in cases.items()]
+
+
 def main(transports: list[str] | None = None, sizes: list[int] | None = None,
-         json_lines: bool = False, duration: float = 1.0) -> None:
-    """Run the benchmark; print a markdown table, or one JSON object per case as it finishes."""
+         json_lines: bool = False, duration: float = 1.0, repeat: int = 1) -> None:
+    """Run the benchmark; print a markdown table, or one JSON object per case as it finishes.
+
+    With ``repeat`` > 1 the whole run is repeated and each figure is the median over the runs
+    (printed at the end, also in JSON mode).
+    """
 
     def emit(row: Row) -> None:
         print(json.dumps(asdict(row)), flush=True)
 
-    rows = run(transports, sizes, duration, emit if json_lines else None)
+    if repeat > 1:
+        runs = []
+        for i in range(repeat):
+            _say(f"run {i + 1} of {repeat}")
+            runs.append(run(transports, sizes, duration))
+        rows = median_rows(runs)
+        if json_lines:
+            for row in rows:
+                emit(row)
+    else:
+        rows = run(transports, sizes, duration, emit if json_lines else None)
     if not json_lines:
         print(table(rows))
-        print("\nLatency is one-way (ping-pong RTT / 2). Ratios compare with zmq (ipc, sync) at "
-              "the same size: p50 > 1 is slower, msg/s < 1 is slower.")
+        runs_note = f"; medians of {repeat} runs" if repeat > 1 else ""
+        print(f"\nLatency is one-way (ping-pong RTT / 2){runs_note}. "
+              "Ratios compare with zmq (ipc, sync) at the same size: p50 > 1 is slower, "
+              "msg/s < 1 is slower.")
