@@ -84,6 +84,7 @@ def measure_service(model_dir: str, transport: str, concurrency: Sequence[int],
     from minisgl_core.testing.service import launch_service
 
     say(f"{transport}: starting the service")
+    load_before = os.getloadavg()[0]  # others' load on the machine: how noisy this run was
     t0 = time.monotonic()
     service = launch_service(model_dir, transport=transport, args=launch_args, log_dir=log_dir,
                              timeout=600.0)
@@ -101,7 +102,7 @@ def measure_service(model_dir: str, transport: str, concurrency: Sequence[int],
     finally:
         code = service.stop()
     return {"transport": transport, "startup_s": startup, "idle_cpu_pct_before": idle_before,
-            "idle_cpu_pct_after": idle_after, "exit_code": code,
+            "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": load_before,
             "levels": [r.as_dict() for r in levels]}
 
 
@@ -173,9 +174,10 @@ def markdown(results: dict[str, Any]) -> str:
                      lv["ttft_p50_ms"], lv["ttft_p99_ms"], lv["tpot_p50_ms"], lv["tpot_p99_ms"],
                      lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
     idle = markdown_table(
-        ("transport", "start s", "idle CPU % (before load)", "idle CPU % (after load)"),
-        [[s["transport"], s["startup_s"], s["idle_cpu_pct_before"], s["idle_cpu_pct_after"]]
-         for s in results["service"]])
+        ("transport", "start s", "idle CPU % (before load)", "idle CPU % (after load)",
+         "machine load avg at start"),
+        [[s["transport"], s["startup_s"], s["idle_cpu_pct_before"], s["idle_cpu_pct_after"],
+          s.get("load_avg")] for s in results["service"]])
     m = results["machine"]
     return "\n".join([
         f"Command: `{results['command']}`", "",
@@ -183,6 +185,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
         f"({m['processor'] or m['machine']}), {results['date']}.", "",
         markdown_table(HEADERS, rows), "", idle, "",
+        *([f"Machine load average when the offline engine started: "
+           f"{results['offline_load_avg']:.1f}.", ""] if results["offline"] else []),
     ])
 
 
@@ -250,6 +254,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             model_dir, name, concurrency, requests, max_tokens, prompt_len, duration_limit_s,
             out_dir / "logs", launch_args, progress))
     if offline:
+        results["offline_load_avg"] = os.getloadavg()[0]
         results["offline"] = offline_ceiling(model_dir, concurrency, max_tokens, prompt_len)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "results.md").write_text(markdown(results))
