@@ -75,15 +75,16 @@ def test_concurrent_requests_share_batches(service: RunningService) -> None:
 
     def ask(i: int) -> int:
         r = client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": f"{i}+{i}=?"}], max_tokens=64,
+            model=model, messages=[{"role": "user", "content": f"{i}+{i}=?"}], max_tokens=256,
             temperature=0, extra_body={"ignore_eos": True})
         return r.usage.completion_tokens if r.usage else 0
 
     with ThreadPoolExecutor(8) as ex:
-        assert list(ex.map(ask, range(8))) == [64] * 8
+        assert list(ex.map(ask, range(8))) == [256] * 8
     steps = service.metrics()["minisgl_scheduler_steps_total"] - steps_before
-    # one request alone needs 64 steps; 8 run one after another would need 512
-    assert steps < 128, f"8 concurrent requests took {steps} engine steps: they were not batched"
+    # alone, one request takes 256 steps; 8 one after another would take 2048, and
+    # batched ~256 plus arrival stagger (large on a loaded machine): demand 2x better
+    assert steps < 1024, f"8 concurrent requests took {steps} engine steps: they were not batched"
     assert_idle(service)
 
 
