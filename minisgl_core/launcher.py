@@ -153,6 +153,10 @@ def _spawn(specs: list[WorkerSpec], transport: Any, registries: Any) -> list[Wor
             proc.start()
             workers.append(Worker(spec.role, proc))
     else:
+        # transformers' lazy imports are not thread-safe: resolve them before the threads start
+        import transformers
+
+        _ = transformers.AutoTokenizer, transformers.PreTrainedTokenizerFast
         for spec in specs:
             thread = threading.Thread(target=run_role, args=(spec, registries, transport),
                                       name=f"minisgl::{spec.role}", daemon=True)

@@ -64,3 +64,14 @@ def test_bad_model_path_fails_fast(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert time.monotonic() - start < 60
     assert "minisgl::" in proc.stderr or "failed" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_inproc_runs_the_whole_stack_in_one_process(tiny_model: str, tmp_path: Path) -> None:
+    svc = launch_service(tiny_model, transport="inproc", args=ARGS, log_dir=tmp_path)
+    try:
+        assert svc.worker_pids == []  # the roles are threads of the launcher
+        r = httpx.post(f"{svc.url}/v1/completions", timeout=30, json={
+            "model": svc.model_name(), "prompt": "hi", "max_tokens": 6, "ignore_eos": True})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 6
+    finally:
+        assert svc.stop() == 0
