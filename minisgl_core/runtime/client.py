@@ -80,7 +80,9 @@ class TransportEngineClient:
         """Submit a request and yield its TextDeltas until the terminal one."""
         if not self._healthy:
             raise EngineUnavailable(self._down_reason)
-        if self._metrics.get("requests_waiting", 0) >= self._max_waiting:
+        # Stats lag a burst: what was sent and is not yet reported running is waiting too.
+        queued = len(self._streams) - self._metrics.get("requests_running", 0)
+        if max(self._metrics.get("requests_waiting", 0), queued) >= self._max_waiting:
             raise EngineOverloaded(
                 f"the waiting queue is full ({self._max_waiting} requests); retry later")
         # Ids on the wire are made here, unique per run: a client-chosen id may repeat.
