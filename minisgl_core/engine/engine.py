@@ -20,7 +20,13 @@ from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.models import get_model_class
-from minisgl_core.engine.request import Request, RequestRejected, State, StepOutput
+from minisgl_core.engine.request import (
+    Request,
+    RequestRejected,
+    State,
+    StepOutput,
+    StopReason,
+)
 from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.scheduler import Scheduler
 from minisgl_core.engine.weights import iter_safetensors, resolve_model
@@ -219,7 +225,7 @@ class Engine:
         return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
                           len(req.output_ids))
 
-    def _finish_reason(self, req: Request, token: int) -> str | None:
+    def _finish_reason(self, req: Request, token: int) -> StopReason | None:
         s = req.sampling
         if (not s.ignore_eos and token in self.eos_token_ids) or token in s.stop_token_ids:
             return "stop"

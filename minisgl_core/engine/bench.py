@@ -1,0 +1,193 @@
+"""Offline benchmark: the engine vs transformers' static-batch ``generate``, same run, same work.
+
+For each batch size, the same prompts go through the engine (all requests added at once) and
+through ``model.generate`` (one left-padded batch); both greedy, fp32, EOS ignored, ``max_tokens``
+new tokens per prompt. Reports output tokens/s of both and their ratio, and the engine's peak
+resident memory (measured before transformers' model is loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PROMPTS = [
+    "Write a short story about a robot who learns to paint.",
+    "Explain why the sky is blue.",
+    "List five fruits that are rich in vitamin C and say one thing about each of them.",
+    "What is the capital of Australia?",
+    "Describe the water cycle to a ten-year-old.",
+    "Give me three tips for learning a new language quickly and remembering new words.",
+    "How do airplanes stay in the air?",
+    "Summarize the plot of Romeo and Juliet in a few sentences.",
+    "Write a haiku about the ocean.",
+    "What are the main differences between a cat and a dog as pets, for a family with kids?",
+    "Translate 'good morning' into French, Spanish and German.",
+    "Why do leaves change color in autumn?",
+    "Suggest a name for a coffee shop by the sea.",
+    "Explain recursion with a simple example in Python.",
+    "What should I pack for a weekend hiking trip in the mountains in early spring?",
+    "Tell me a fun fact about octopuses.",
+]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One batch size's figures."""
+
+    batch: int
+    max_tokens: int
+    engine_tok_s: float
+    hf_tok_s: float
+    ratio: float
+    engine_s: float
+    hf_s: float
+    engine_peak_rss_mib: float
+
+
+def _prompts(batch: int) -> list[str]:
+    return [PROMPTS[i % len(PROMPTS)] for i in range(batch)]
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def run_engine(engine: Any, prompts: list[list[int]], max_tokens: int) -> tuple[float, int]:
+    """Seconds to finish every prompt (added at once) and the tokens produced."""
+    from minisgl_core.messages import SamplingParams
+
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    start = time.perf_counter()
+    for i, p in enumerate(prompts):
+        engine.add_request(f"bench-{start}-{i}", p, sp)
+    produced = 0
+    while engine.has_work():
+        produced += sum(len(o.token_ids) for o in engine.step())
+    return time.perf_counter() - start, produced
+
+
+def run_hf(model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int
+           ) -> tuple[float, int]:
+    """transformers' static batch: left-padded prompts, one ``generate`` call."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=max_tokens,
+                             min_new_tokens=max_tokens, do_sample=False, pad_token_id=pad)
+    return time.perf_counter() - start, (out.shape[1] - width) * len(prompts)
+
+
+def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines: bool,
+         profile: bool = False) -> None:
+    """Run the comparison and print a table (or one JSON object per batch size)."""
+    import torch
+
+    from minisgl_core.engine.config import EngineConfig
+    from minisgl_core.engine.engine import Engine
+    from minisgl_core.engine.weights import resolve_model
+
+    batch_sizes = list(batch_sizes) or [1, 8, 32]
+    threads = os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    path = resolve_model(model)
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
+    say(f"model {path.name}, fp32, {threads} threads, {max_tokens} new tokens per prompt")
+    engine = Engine(EngineConfig(model=str(path), num_threads=threads,
+                                 max_running_requests=max(128, *batch_sizes)))
+    tok = engine.tokenizer
+    encoded = {b: [tok.encode(p) for p in _prompts(b)] for b in batch_sizes}
+    run_engine(engine, encoded[batch_sizes[0]][:1], 4)  # warm-up
+    engine_s = {b: run_engine(engine, encoded[b], max_tokens) for b in batch_sizes}
+    peak = _peak_rss_mib()
+    if profile:
+        for b in batch_sizes:
+            say(format_profile(b, profile_decode(engine, encoded[b])))
+    del engine
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    run_hf(hf, tok, encoded[batch_sizes[0]][:1], 4)  # warm-up
+    results = []
+    for b in batch_sizes:
+        hs, hn = run_hf(hf, tok, encoded[b], max_tokens)
+        es, en = engine_s[b]
+        r = Result(b, max_tokens, en / es, hn / hs, (en / es) / (hn / hs), es, hs, peak)
+        results.append(r)
+        if json_lines:
+            print(json.dumps(asdict(r)), flush=True)
+    if not json_lines:
+        print(markdown(results))
+
+
+def markdown(results: Sequence[Result]) -> str:
+    """The results as a markdown table."""
+    lines = ["| batch | engine tok/s | transformers tok/s | ratio |",
+             "| ---: | ---: | ---: | ---: |"]
+    for r in results:
+        lines.append(f"| {r.batch} | {r.engine_tok_s:.1f} | {r.hf_tok_s:.1f} | {r.ratio:.2f}x |")
+    if results:
+        lines.append(f"\nengine peak RSS: {results[0].engine_peak_rss_mib:.0f} MiB")
+    return "\n".join(lines)
+
+
+def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8) -> dict[str, float]:
+    """Milliseconds per decode step: wall time, and op time split into matmul / attention / rest.
+
+    The wall time is the median of unprofiled steps; the split comes from torch.profiler's self
+    CPU times over as many profiled steps (so "python" = wall - all op time is approximate).
+    """
+    import statistics
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from minisgl_core.messages import SamplingParams
+
+    sp = SamplingParams(max_tokens=2 * steps + 4, temperature=0.0, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        engine.add_request(f"profile-{time.perf_counter()}-{i}", p, sp)
+    while any(r.num_cached < len(r.prompt_ids) for r in engine.requests.values()):
+        engine.step()  # finish every prefill first: only decode steps are measured
+    walls = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        engine.step()
+        walls.append((time.perf_counter() - start) * 1e3)
+    matmul = {"aten::mm", "aten::addmm"}
+    attention = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::index_select",
+                 "aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::_softmax",
+                 "aten::index_copy_"}
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            engine.step()
+    split = {"matmul": 0.0, "attention": 0.0, "other_ops": 0.0}
+    for e in prof.key_averages():
+        key = "matmul" if e.key in matmul else "attention" if e.key in attention else "other_ops"
+        split[key] += e.self_cpu_time_total / 1e3 / steps
+    while engine.has_work():
+        engine.step()
+    wall = statistics.median(walls)
+    return {"batch": float(len(prompts)), "step_ms": wall, **split,
+            "python": max(0.0, wall - sum(split.values()))}
+
+
+def format_profile(batch: int, p: dict[str, float]) -> str:
+    """One line per profile."""
+    return (f"decode step, batch {batch}: {p['step_ms']:.1f} ms = matmul {p['matmul']:.1f} + "
+            f"attention (gather, store, sdpa) {p['attention']:.1f} + other ops "
+            f"{p['other_ops']:.1f} + python {p['python']:.1f}")
+
+
+if __name__ == "__main__":
+    main(None, [1, 8, 32], 64, json_lines=False, profile="--profile" in sys.argv)
