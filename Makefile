@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.minisgl-installed
 PLUGINS := plugins/transport_zmq plugins/transport_nng plugins/frontend_openai plugins/frontend_grpc
-PROJECT_FILES := pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml)
+PROJECT_FILES := pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml) \
+	examples/third_party_plugin/pyproject.toml
 
 .PHONY: setup serve test lint soak bench clean
 

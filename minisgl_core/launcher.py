@@ -15,6 +15,7 @@ from typing import Any
 
 from minisgl_core import codec
 from minisgl_core.messages import Fatal, Ready, Shutdown, Stats
+from minisgl_core.rundir import make_run_dir
 from minisgl_core.runtime.spec import Endpoints, WorkerSpec
 
 log = logging.getLogger("minisgl")
@@ -93,15 +94,6 @@ class Service:
         self.transport.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         log.info("all workers stopped")
-
-
-def make_run_dir() -> Path:
-    """A private (0700) directory for this run's ipc endpoints."""
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix="minisgl-"))
-    os.chmod(path, 0o700)
-    return path
 
 
 def start_service(config: Any, registries: Any, model_dir: str, *,
