@@ -90,7 +90,7 @@ def run_hf(model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int
 
 
 def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines: bool,
-         profile: bool = False) -> None:
+         profile: bool = False, threads: int | None = None) -> None:
     """Run the comparison and print a table (or one JSON object per batch size)."""
     import torch
 
@@ -99,7 +99,7 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     from minisgl_core.engine.weights import resolve_model
 
     batch_sizes = list(batch_sizes) or [1, 8, 32]
-    threads = os.cpu_count() or 1
+    threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
     path = resolve_model(model)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print

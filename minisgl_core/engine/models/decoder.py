@@ -1,7 +1,10 @@
 """A Llama-family decoder-only LM in plain torch (Llama, Qwen2, Qwen3 differ only in flags).
 
-Weights are fused at load time: q/k/v into one ``[(Hq + 2 Hkv) * D, H]`` matrix and gate/up into
-one ``[2 I, H]`` matrix, so each layer runs four matmuls.
+Weights are fused at load time: q/k/v into one matrix and gate/up into another, so each layer runs
+four matmuls. Every matrix is stored transposed, ``[in, out]`` contiguous, and applied as
+``x @ w``: on CPU that streams the weights about 1.4x faster at batch 1 than ``F.linear``'s
+``x @ W.T`` over the usual ``[out, in]`` layout (measured here), and no slower at larger batches.
+The LM head doubles as the (tied) embedding table: a token's embedding is a column of it.
 """
 
 from __future__ import annotations
@@ -22,9 +25,14 @@ from minisgl_core.engine.kv_cache import KVPool
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
+def _mm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``x [T, in] @ w [in, out] (+ b)``."""
+    return torch.mm(x, w) if b is None else torch.addmm(b, x, w)
+
+
 @dataclass
 class Layer:
-    """One decoder layer's (fused) weights; biases are None when the checkpoint has none."""
+    """One decoder layer's (fused, transposed) weights; biases are None when absent."""
 
     ln_attn: torch.Tensor
     ln_mlp: torch.Tensor
@@ -71,7 +79,8 @@ class DecoderForCausalLM:
                  max_seq_len: int) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
         self.layers: list[Layer] = []
-        self.embed = self.lm_head = self.norm = torch.empty(0)
+        self.embed: torch.Tensor | None = None  # [V, H], only when not tied to the LM head
+        self.lm_head = self.norm = torch.empty(0)  # lm_head: [H, V]
         positions = torch.arange(max_seq_len, dtype=torch.float32)
         freqs = torch.outer(positions, rope_inv_freq(cfg))  # [S, D/2], as transformers computes
         # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): the sign lives in the table
@@ -88,11 +97,13 @@ class DecoderForCausalLM:
                 per_layer[int(m.group(1))][m.group(2)] = tensor
             elif not name.endswith("rotary_emb.inv_freq"):
                 top[name] = tensor
-        self.embed = self._take(top, "model.embed_tokens.weight")
         self.norm = self._take(top, "model.norm.weight")
         head = top.pop("lm_head.weight", None)
-        tied = self.cfg.tie_word_embeddings or head is None
-        self.lm_head = self.embed if tied else self._take({"h": head}, "h")  # type: ignore[dict-item]
+        if self.cfg.tie_word_embeddings or head is None:
+            self.lm_head = self._take_t(top, "model.embed_tokens.weight")
+        else:
+            self.embed = self._take(top, "model.embed_tokens.weight")
+            self.lm_head = self._take_t({"h": head}, "h")
         self.layers = [self._fuse(i, w) for i, w in enumerate(per_layer)]
 
     def _take(self, weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
@@ -101,6 +112,12 @@ class DecoderForCausalLM:
         # a copy: safetensors hands out views of a file mapping, and every page of that mapping
         # we ever touched would stay in our resident set for as long as one view lives
         return weights.pop(name).to(self.device, self.dtype, copy=True).contiguous()
+
+    def _take_t(self, weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+        """A ``[out, in]`` matrix as ``[in, out]`` contiguous."""
+        if name not in weights:
+            raise ValueError(f"checkpoint has no tensor {name!r}")
+        return weights.pop(name).to(self.device, self.dtype).t().contiguous()
 
     def _cat(self, w: dict[str, torch.Tensor], prefix: str, names: tuple[str, ...],
              suffix: str) -> torch.Tensor | None:
@@ -111,8 +128,8 @@ class DecoderForCausalLM:
         if not all(present):
             missing = [k for k, p in zip(keys, present, strict=True) if not p]
             raise ValueError(f"checkpoint misses {prefix}{missing[0]}")
-        out = torch.cat([w.pop(k).to(self.device, self.dtype) for k in keys]).contiguous()
-        return out
+        out = torch.cat([w.pop(k).to(self.device, self.dtype) for k in keys])
+        return out.t().contiguous() if suffix == "weight" else out
 
     def _fuse(self, i: int, w: dict[str, torch.Tensor]) -> Layer:
         p = f"model.layers.{i}."
@@ -128,9 +145,11 @@ class DecoderForCausalLM:
             ln_attn=self._take(w, "input_layernorm.weight"),
             ln_mlp=self._take(w, "post_attention_layernorm.weight"),
             w_qkv=self._cat(w, p, attn, "weight"), b_qkv=self._cat(w, p, attn, "bias"),  # type: ignore[arg-type]
-            w_o=self._take(w, "self_attn.o_proj.weight"), b_o=self._opt(w, "self_attn.o_proj.bias"),
+            w_o=self._take_t(w, "self_attn.o_proj.weight"),
+            b_o=self._opt(w, "self_attn.o_proj.bias"),
             w_gate_up=self._cat(w, p, mlp, "weight"), b_gate_up=self._cat(w, p, mlp, "bias"),  # type: ignore[arg-type]
-            w_down=self._take(w, "mlp.down_proj.weight"), b_down=self._opt(w, "mlp.down_proj.bias"),
+            w_down=self._take_t(w, "mlp.down_proj.weight"),
+            b_down=self._opt(w, "mlp.down_proj.bias"),
             qk_norm=qk_norm,
         )
         return layer
@@ -149,10 +168,13 @@ class DecoderForCausalLM:
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D], looked up once for all layers
         sin = self.sin[meta.positions].unsqueeze(1)
         half = d // 2
-        x = F.embedding(input_ids, self.embed)  # [T, H]
+        if self.embed is not None:
+            x = F.embedding(input_ids, self.embed)  # [T, H]
+        else:  # tied: columns of the [H, V] LM head
+            x = self.lm_head.index_select(1, input_ids).t().contiguous()
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_attn, eps)
-            qkv = F.linear(h, layer.w_qkv, layer.b_qkv)  # [T, (Hq + 2 Hkv) * D]
+            qkv = _mm(h, layer.w_qkv, layer.b_qkv)  # [T, (Hq + 2 Hkv) * D]
             qk = qkv[:, :qk_dim].view(t, hq + hkv, d)
             if layer.qk_norm is not None:
                 qk = F.rms_norm(qk, (d,), eps=eps) * layer.qk_norm
@@ -161,16 +183,16 @@ class DecoderForCausalLM:
             v = qkv[:, qk_dim:].view(t, hkv, d)
             kv.store(i, meta.out_slots, k, v)
             o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
-            x = x + F.linear(o, layer.w_o, layer.b_o)
+            x = x + _mm(o, layer.w_o, layer.b_o)
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
-            gu = F.linear(h, layer.w_gate_up, layer.b_gate_up)  # [T, 2 I]
-            x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.w_down, layer.b_down)
+            gu = _mm(h, layer.w_gate_up, layer.b_gate_up)  # [T, 2 I]
+            x = x + _mm(F.silu(gu[:, :inter]) * gu[:, inter:], layer.w_down, layer.b_down)
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""
         h = F.rms_norm(hidden, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
-        return F.linear(h, self.lm_head)
+        return torch.mm(h, self.lm_head)
 
     def describe(self) -> dict[str, Any]:
         """A few facts for logs and /v1/models."""
@@ -178,8 +200,8 @@ class DecoderForCausalLM:
                 "parameters": sum(t.numel() for t in self._tensors())}
 
     def _tensors(self) -> Iterable[torch.Tensor]:
-        yield self.embed
-        if self.lm_head is not self.embed:
-            yield self.lm_head
+        if self.embed is not None:
+            yield self.embed
+        yield self.lm_head
         for layer in self.layers:
             yield from (t for t in vars(layer).values() if t is not None)
