@@ -186,7 +186,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"({m['processor'] or m['machine']}), {results['date']}.", "",
         markdown_table(HEADERS, rows), "", idle, "",
         *([f"Machine load average when the offline engine started: "
-           f"{results['offline_load_avg']:.1f}.", ""] if results["offline"] else []),
+           f"{results['offline_load_avg']:.1f}.", ""] if "offline_load_avg" in results else []),
     ])
 
 
@@ -215,9 +215,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend()
     ttft.set_yscale("log")
-    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-    ttft.yaxis.set_major_formatter(plain)
-    ttft.yaxis.set_minor_formatter(plain)
+    ttft.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ttft.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ttft.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     fig.suptitle(f"minisgl serving: {results['model']}, {results['max_tokens']} tokens/request")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
