@@ -257,11 +257,13 @@ async def run_serve(url: str, concurrency: Sequence[int], requests: int | None, 
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A markdown table with aligned columns (floats with one decimal, None as '-')."""
+    """A markdown table with aligned columns (floats rounded, None as '-')."""
     def cell(v: object) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "-"
-        return f"{v:.1f}" if isinstance(v, float) else str(v)
+        if isinstance(v, float):
+            return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+        return str(v)
 
     cells = [list(headers)] + [[cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
