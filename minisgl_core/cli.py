@@ -13,6 +13,8 @@ import typer
 import typer.main
 
 from minisgl_core import __version__
+from minisgl_core.bench.compare import compare_command
+from minisgl_core.bench.serve import serve_command
 from minisgl_core.config import ConfigError, LaunchConfig, load_config, to_json, to_toml
 from minisgl_core.plugins import (
     MinisglPluginManager,
@@ -279,6 +281,8 @@ def make_app(
     bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
     bench_app.command("transport")(bench_transport)
     bench_app.command("offline")(bench_offline)
+    bench_app.command("serve")(serve_command)
+    bench_app.command("compare")(compare_command)
     app.add_typer(bench_app, name="bench")
     if plugin_commands:
         add_plugin_commands(app, state)

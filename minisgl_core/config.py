@@ -54,6 +54,7 @@ class LaunchConfig:
     max_running_requests: int | None = None
     max_prefill_tokens: int | None = None
     max_waiting_requests: int = 1024
+    num_threads: int | None = None  # torch threads of the scheduler; None = every core
     api_key: str | None = None
     tp: int = 1
     cache: str = "radix"
@@ -83,7 +84,7 @@ class LaunchConfig:
             if not 0 <= getattr(self, name) <= 65535:
                 return f"{name} must be in 0..65535, got {getattr(self, name)}"
         for name in ("num_pages", "page_size", "max_seq_len_override", "max_running_requests",
-                     "max_prefill_tokens", "max_waiting_requests", "tp"):
+                     "max_prefill_tokens", "max_waiting_requests", "num_threads", "tp"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 return f"{name} must be at least 1, got {value}"

@@ -116,7 +116,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
                                           max_waiting=config.max_waiting_requests)
                for fid in frontend_ids}
     max_context = _max_context(model_dir, config.max_seq_len_override)
-    threads = os.cpu_count() or 1
+    threads = config.num_threads or os.cpu_count() or 1
     specs = [WorkerSpec(role=role, config=config, endpoints=endpoints, model_dir=model_dir,  # type: ignore[arg-type]
                         max_context=max_context, plugin_modules=plugin_modules,
                         num_threads=threads if role == "scheduler" else 1)
