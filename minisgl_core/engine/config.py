@@ -26,6 +26,7 @@ class EngineConfig:
     max_prefill_tokens: int = 512  # prompt tokens computed per step (chunked prefill budget)
     num_threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     seed: int = 0  # for requests sampled without a seed of their own
+    cache: str = "radix"  # "radix": reuse KV pages of cached prefixes; "naive": never reuse
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -38,6 +39,8 @@ class EngineConfig:
             raise ValueError("max_prefill_tokens must be >= 1")
         if self.max_seq_len_override is not None and self.max_seq_len_override < 2:
             raise ValueError("max_seq_len_override must be >= 2")
+        if self.cache not in ("radix", "naive"):
+            raise ValueError(f'cache must be "radix" or "naive", got {self.cache!r}')
 
 
 def _as_id_set(value: Any) -> frozenset[int]:

@@ -42,11 +42,13 @@ class EngineStats:
     running: int
     waiting: int
     pages_total: int
-    pages_free: int
+    pages_free: int  # allocatable now: on the free list or cached and used by no request
     page_size: int
     preemptions: int
     prompt_tokens: int  # admitted prompt tokens so far
     generated_tokens: int  # sampled tokens so far
+    pages_cached: int = 0  # pages held by the prefix cache (some may be in use too)
+    cache_hit_tokens: int = 0  # prompt tokens admissions took from the prefix cache
 
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""
@@ -100,9 +102,8 @@ class Engine:
         self.workspace = Workspace(cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed)
         self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
-                                   config.max_prefill_tokens)
+                                   config.max_prefill_tokens, config.cache)
         self.requests: dict[str, Request] = {}
-        self._prompt_tokens = 0
         self._generated_tokens = 0
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
@@ -172,10 +173,11 @@ class Engine:
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""
-        s = self.scheduler
-        return EngineStats(len(s.running), len(s.waiting), self.num_pages,
-                           self.allocator.num_free, self.page_size, s.num_preemptions,
-                           self._prompt_tokens, self._generated_tokens)
+        s, c = self.scheduler, self.scheduler.cache
+        return EngineStats(len(s.running), len(s.waiting), self.num_pages, s.num_available,
+                           self.page_size, s.num_preemptions, s.prompt_tokens,
+                           self._generated_tokens, c.num_pages if c else 0,
+                           c.hit_tokens if c else 0)
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -196,8 +198,6 @@ class Engine:
             if r.num_cached + n == r.num_tokens:
                 rows.append(row - 1)
                 to_sample.append(r)
-            if r.num_cached == 0 and not r.output_ids:
-                self._prompt_tokens += len(r.prompt_ids)
         meta = build_metadata([(r.pages, r.num_cached + 1) for r in batch.decode],
                               [(r.pages, r.num_cached, n) for r, n in batch.prefill],
                               self.page_size, self.device)
@@ -223,7 +223,7 @@ class Engine:
             self.requests.pop(req.request_id, None)
             self.scheduler.remove(req)
         return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
-                          len(req.output_ids))
+                          len(req.output_ids), req.cached_tokens)
 
     def _finish_reason(self, req: Request, token: int) -> StopReason | None:
         s = req.sampling
@@ -239,10 +239,15 @@ class Engine:
         return None
 
     def check_idle_invariant(self) -> None:
-        """Raise AssertionError unless, with no work left, every page is free."""
+        """Raise AssertionError unless, with no work left, free + cached pages == total."""
         if self.has_work():
             raise AssertionError("engine is not idle")
-        if self.allocator.num_free != self.num_pages:
-            raise AssertionError(f"{self.num_pages - self.allocator.num_free} pages leaked")
+        cache = self.scheduler.cache
+        cached = cache.num_pages if cache else 0
+        if self.allocator.num_free + cached != self.num_pages:
+            raise AssertionError(f"{self.num_pages - self.allocator.num_free - cached} pages "
+                                 "leaked")
+        if cache and (cache.num_evictable != cached or len(cache.pages()) != cached):
+            raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
         if any(r.state is not State.FINISHED for r in self.requests.values()):
             raise AssertionError("requests left in the engine")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -38,6 +38,7 @@ class StepOutput:
     finish_reason: StopReason | None
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens the prefix cache supplied when it was admitted
 
 
 class State(enum.Enum):
@@ -65,6 +66,10 @@ class Request:
     counts: torch.Tensor | None = None  # [V] output token counts (presence/frequency penalty)
     seen: torch.Tensor | None = None  # [V] bool: in prompt or output (repetition penalty)
     stop_window: int = 0  # output tokens to decode when checking stop strings (0: none)
+    admitted: bool = False  # admitted once already (a preempted request is admitted again)
+    cached_tokens: int = 0  # prefix-cache hit at its first admission (reported in outputs)
+    cache_node: Any = None  # radix_cache.Node it locks while running (None: holds no lock)
+    num_shared_pages: int = 0  # pages[:num_shared_pages] belong to the prefix cache's tree
 
     @property
     def num_tokens(self) -> int:

@@ -5,6 +5,11 @@ of the prefill token budget goes first to partly prefilled requests, then to new
 Pages are taken as tokens need them. When a decoding request needs a page and none is free, the
 newest running request is preempted: its pages are freed and it goes back to the front of the
 queue, to be recomputed from its prompt and the tokens it already produced.
+
+With the radix prefix cache, an admitted request starts from the longest cached prefix of its
+tokens, full pages are shared through the tree as soon as they are computed, a request that ends
+or is preempted leaves its full pages there, and allocation evicts unused cached pages when the
+free list runs short (so "available" below means free or evictable).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from minisgl_core.engine.kv_cache import PageAllocator
+from minisgl_core.engine.radix_cache import RadixCache
 from minisgl_core.engine.request import Request, State
 
 
@@ -28,14 +34,16 @@ class Scheduler:
     """Owns the waiting queue and the running list, and every page a request holds."""
 
     def __init__(self, allocator: PageAllocator, page_size: int, max_running: int,
-                 max_prefill_tokens: int) -> None:
+                 max_prefill_tokens: int, cache: str = "naive") -> None:
         self.allocator = allocator
+        self.cache = RadixCache(allocator, page_size) if cache == "radix" else None
         self.page_size = page_size
         self.max_running = max_running
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: the last one is preempted first
         self.num_preemptions = 0
+        self.prompt_tokens = 0  # prompt tokens of admitted requests (each counted once)
 
     def add(self, req: Request) -> None:
         """Queue a new request."""
@@ -52,9 +60,22 @@ class Scheduler:
         req.state = State.FINISHED
 
     def _release(self, req: Request) -> None:
+        if self.cache is not None:
+            self.cache.release(req)
         pages, req.pages = req.pages, []
         self.allocator.free(pages)
         req.num_cached = 0
+
+    @property
+    def num_available(self) -> int:
+        """Pages that can be allocated now: free, or cached and used by no running request."""
+        return self.allocator.num_free + (self.cache.num_evictable if self.cache else 0)
+
+    def _alloc(self, n: int) -> list[int]:
+        short = n - self.allocator.num_free
+        if short > 0 and self.cache is not None:
+            self.cache.evict(short)
+        return self.allocator.alloc(n)
 
     def _pages_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.page_size)
@@ -70,16 +91,19 @@ class Scheduler:
         """Give ``req`` pages for ``num_tokens`` cached tokens (caller checked they are free)."""
         need = self._pages_for(num_tokens) - len(req.pages)
         if need > 0:
-            req.pages.extend(self.allocator.alloc(need))
+            req.pages.extend(self._alloc(need))
 
     def schedule(self) -> ScheduledBatch | None:
         """Pick this step's work and allocate its pages; None when there is nothing to do."""
         batch = ScheduledBatch()
+        if self.cache is not None:
+            for req in self.running:  # share what the last step completed
+                self.cache.update(req)
         for req in [r for r in self.running if r.num_tokens - r.num_cached == 1]:
             if req.state is not State.RUNNING:
                 continue  # preempted for an older request in this loop
             need = self._pages_for(req.num_cached + 1) - len(req.pages)
-            while need > self.allocator.num_free and req.state is State.RUNNING:
+            while need > self.num_available and req.state is State.RUNNING:
                 self._preempt(self.running[-1])
             if req.state is State.RUNNING:
                 self._grow(req, req.num_cached + 1)
@@ -89,7 +113,7 @@ class Scheduler:
             remaining = req.num_tokens - req.num_cached
             if remaining <= 1 or budget <= 0:
                 continue
-            room = (len(req.pages) + self.allocator.num_free) * self.page_size - req.num_cached
+            room = (len(req.pages) + self.num_available) * self.page_size - req.num_cached
             n = min(remaining, budget, room)
             if n > 0:
                 self._grow(req, req.num_cached + n)
@@ -97,15 +121,22 @@ class Scheduler:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             req = self.waiting[0]
-            n = min(req.num_tokens, budget)
+            hit = self.cache.admit(req) if self.cache is not None else 0
+            n = min(req.num_tokens - hit, budget)
             # keep one page per running request so admissions do not force instant preemptions
             reserve = len(self.running)
-            if self._pages_for(n) + reserve > self.allocator.num_free:
+            if self._pages_for(hit + n) - len(req.pages) + reserve > self.num_available:
+                self._release(req)  # drop the prefix lock; it is matched again next time
                 break
             self.waiting.popleft()
             req.state = State.RUNNING
             self.running.append(req)
-            self._grow(req, n)
+            if not req.admitted:
+                req.admitted, req.cached_tokens = True, hit
+                self.prompt_tokens += len(req.prompt_ids)
+            if self.cache is not None:
+                self.cache.hit_tokens += hit
+            self._grow(req, hit + n)
             batch.prefill.append((req, n))
             budget -= n
         if not batch.decode and not batch.prefill:

@@ -176,13 +176,17 @@ class SchedulerLoop:
     def stats(self) -> Stats:
         """The scheduler's gauges and counters, as sent to the launcher for /metrics."""
         s = self.engine.stats()
+        # kv_pages_free counts pages held only by the prefix cache (evicted on demand), so it is
+        # what can be allocated now and equals kv_pages_total when idle
         gauges = {
             "requests_running": float(s.running), "requests_waiting": float(s.waiting),
             "kv_pages_total": float(s.pages_total), "kv_pages_free": float(s.pages_free),
+            "kv_pages_cached": float(getattr(s, "pages_cached", 0)),
         }
         counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
                     "scheduler_generation_tokens_total": float(self.generation_tokens_total),
-                    "scheduler_steps_total": float(self.steps_total)}
+                    "scheduler_steps_total": float(self.steps_total),
+                    "prefix_cache_hit_tokens_total": float(getattr(s, "cache_hit_tokens", 0))}
         counters.update({f"scheduler_finished_{k}_total": float(v)
                          for k, v in self.finished_total.items()})
         return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters)

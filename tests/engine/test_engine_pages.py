@@ -10,10 +10,17 @@ from minisgl_core.messages import SamplingParams
 
 
 def _check_pages(engine: Engine) -> None:
-    held = [p for r in engine.scheduler.running for p in r.pages]
+    # a page is free, or in the prefix cache's tree (and maybe shared by running requests), or
+    # private to one running request
+    cache = engine.scheduler.cache
+    tree = cache.pages() if cache else []
+    running = engine.scheduler.running
+    held = [p for r in running for p in r.pages[r.num_shared_pages:]]
+    shared = {p for r in running for p in r.pages[:r.num_shared_pages]}
     assert len(held) == len(set(held)), "a page is held twice"
+    assert shared <= set(tree) and not set(held) & set(tree)
     assert all(not r.pages for r in engine.scheduler.waiting), "a waiting request holds pages"
-    assert engine.allocator.num_free + len(held) == engine.num_pages
+    assert engine.allocator.num_free + len(held) + len(tree) == engine.num_pages
 
 
 def _random_sampling(rng: random.Random) -> SamplingParams:
