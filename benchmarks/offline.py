@@ -18,6 +18,7 @@ if __name__ == "__main__":
     parser.add_argument("--json", action="store_true", help="one JSON object per batch size")
     parser.add_argument("--profile", action="store_true", help="profile decode steps too")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per system; best is kept")
     args = parser.parse_args()
     main(args.model, args.batch_sizes or [1, 8, 32], args.max_tokens, args.json,
-         profile=args.profile, threads=args.threads)
+         profile=args.profile, threads=args.threads, repeat=args.repeat)

@@ -1,10 +1,7 @@
 """A Llama-family decoder-only LM in plain torch (Llama, Qwen2, Qwen3 differ only in flags).
 
 Weights are fused at load time: q/k/v into one matrix and gate/up into another, so each layer runs
-four matmuls. Every matrix is stored transposed, ``[in, out]`` contiguous, and applied as
-``x @ w``: on CPU that streams the weights about 1.4x faster at batch 1 than ``F.linear``'s
-``x @ W.T`` over the usual ``[out, in]`` layout (measured here), and no slower at larger batches.
-The LM head doubles as the (tied) embedding table: a token's embedding is a column of it.
+four matmuls, each through a ``Linear`` whose kernel and weight layout suit the device (linear.py).
 """
 
 from __future__ import annotations
@@ -21,13 +18,9 @@ import torch.nn.functional as F
 from minisgl_core.engine.attention import AttentionMetadata, Workspace, paged_attention
 from minisgl_core.engine.config import ModelConfig
 from minisgl_core.engine.kv_cache import KVPool
+from minisgl_core.engine.linear import Linear, choose_backend
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
-
-
-def _mm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """``x [T, in] @ w [in, out] (+ b)``."""
-    return torch.mm(x, w) if b is None else torch.addmm(b, x, w)
 
 
 @dataclass
@@ -36,14 +29,10 @@ class Layer:
 
     ln_attn: torch.Tensor
     ln_mlp: torch.Tensor
-    w_qkv: torch.Tensor
-    b_qkv: torch.Tensor | None
-    w_o: torch.Tensor
-    b_o: torch.Tensor | None
-    w_gate_up: torch.Tensor
-    b_gate_up: torch.Tensor | None
-    w_down: torch.Tensor
-    b_down: torch.Tensor | None
+    qkv: Linear  # -> [T, (Hq + 2 Hkv) * D]
+    o: Linear
+    gate_up: Linear  # -> [T, 2 I]
+    down: Linear
     qk_norm: torch.Tensor | None  # [Hq + Hkv, D]: Qwen3's per-head q and k RMSNorm weights
 
 
@@ -79,8 +68,9 @@ class DecoderForCausalLM:
                  max_seq_len: int) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
         self.layers: list[Layer] = []
-        self.embed: torch.Tensor | None = None  # [V, H], only when not tied to the LM head
-        self.lm_head = self.norm = torch.empty(0)  # lm_head: [H, V]
+        self.backend = choose_backend(torch.device(device), dtype)
+        self.embed = self.norm = torch.empty(0)  # embed: [V, H]
+        self.lm_head: Linear | None = None
         positions = torch.arange(max_seq_len, dtype=torch.float32)
         freqs = torch.outer(positions, rope_inv_freq(cfg))  # [S, D/2], as transformers computes
         # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): the sign lives in the table
@@ -98,12 +88,11 @@ class DecoderForCausalLM:
             elif not name.endswith("rotary_emb.inv_freq"):
                 top[name] = tensor
         self.norm = self._take(top, "model.norm.weight")
+        self.embed = self._take(top, "model.embed_tokens.weight")
         head = top.pop("lm_head.weight", None)
         if self.cfg.tie_word_embeddings or head is None:
-            self.lm_head = self._take_t(top, "model.embed_tokens.weight")
-        else:
-            self.embed = self._take(top, "model.embed_tokens.weight")
-            self.lm_head = self._take_t({"h": head}, "h")
+            head = self.embed  # tied: the packed/transposed head is a second copy of it
+        self.lm_head = Linear(head.to(self.device, self.dtype), None, self.backend)
         self.layers = [self._fuse(i, w) for i, w in enumerate(per_layer)]
 
     def _take(self, weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
@@ -112,12 +101,6 @@ class DecoderForCausalLM:
         # a copy: safetensors hands out views of a file mapping, and every page of that mapping
         # we ever touched would stay in our resident set for as long as one view lives
         return weights.pop(name).to(self.device, self.dtype, copy=True).contiguous()
-
-    def _take_t(self, weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-        """A ``[out, in]`` matrix as ``[in, out]`` contiguous."""
-        if name not in weights:
-            raise ValueError(f"checkpoint has no tensor {name!r}")
-        return weights.pop(name).to(self.device, self.dtype).t().contiguous()
 
     def _cat(self, w: dict[str, torch.Tensor], prefix: str, names: tuple[str, ...],
              suffix: str) -> torch.Tensor | None:
@@ -128,8 +111,7 @@ class DecoderForCausalLM:
         if not all(present):
             missing = [k for k, p in zip(keys, present, strict=True) if not p]
             raise ValueError(f"checkpoint misses {prefix}{missing[0]}")
-        out = torch.cat([w.pop(k).to(self.device, self.dtype) for k in keys])
-        return out.t().contiguous() if suffix == "weight" else out
+        return torch.cat([w.pop(k).to(self.device, self.dtype) for k in keys])
 
     def _fuse(self, i: int, w: dict[str, torch.Tensor]) -> Layer:
         p = f"model.layers.{i}."
@@ -141,18 +123,20 @@ class DecoderForCausalLM:
             qn = self._take(w, "self_attn.q_norm.weight").expand(c.num_heads, -1)
             kn = self._take(w, "self_attn.k_norm.weight").expand(c.num_kv_heads, -1)
             qk_norm = torch.cat((qn, kn)).contiguous()
-        layer = Layer(
+        def linear(weight: torch.Tensor | None, bias: torch.Tensor | None) -> Linear:
+            assert weight is not None
+            return Linear(weight, bias, self.backend)
+
+        return Layer(
             ln_attn=self._take(w, "input_layernorm.weight"),
             ln_mlp=self._take(w, "post_attention_layernorm.weight"),
-            w_qkv=self._cat(w, p, attn, "weight"), b_qkv=self._cat(w, p, attn, "bias"),  # type: ignore[arg-type]
-            w_o=self._take_t(w, "self_attn.o_proj.weight"),
-            b_o=self._opt(w, "self_attn.o_proj.bias"),
-            w_gate_up=self._cat(w, p, mlp, "weight"), b_gate_up=self._cat(w, p, mlp, "bias"),  # type: ignore[arg-type]
-            w_down=self._take_t(w, "mlp.down_proj.weight"),
-            b_down=self._opt(w, "mlp.down_proj.bias"),
+            qkv=linear(self._cat(w, p, attn, "weight"), self._cat(w, p, attn, "bias")),
+            o=linear(self._take(w, "self_attn.o_proj.weight"),
+                     self._opt(w, "self_attn.o_proj.bias")),
+            gate_up=linear(self._cat(w, p, mlp, "weight"), self._cat(w, p, mlp, "bias")),
+            down=linear(self._take(w, "mlp.down_proj.weight"), self._opt(w, "mlp.down_proj.bias")),
             qk_norm=qk_norm,
         )
-        return layer
 
     def _opt(self, w: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
         return self._take(w, name) if name in w else None
@@ -168,13 +152,10 @@ class DecoderForCausalLM:
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D], looked up once for all layers
         sin = self.sin[meta.positions].unsqueeze(1)
         half = d // 2
-        if self.embed is not None:
-            x = F.embedding(input_ids, self.embed)  # [T, H]
-        else:  # tied: columns of the [H, V] LM head
-            x = self.lm_head.index_select(1, input_ids).t().contiguous()
+        x = F.embedding(input_ids, self.embed)  # [T, H]
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_attn, eps)
-            qkv = _mm(h, layer.w_qkv, layer.b_qkv)  # [T, (Hq + 2 Hkv) * D]
+            qkv = layer.qkv(h)  # [T, (Hq + 2 Hkv) * D]
             qk = qkv[:, :qk_dim].view(t, hq + hkv, d)
             if layer.qk_norm is not None:
                 qk = F.rms_norm(qk, (d,), eps=eps) * layer.qk_norm
@@ -183,25 +164,19 @@ class DecoderForCausalLM:
             v = qkv[:, qk_dim:].view(t, hkv, d)
             kv.store(i, meta.out_slots, k, v)
             o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
-            x = x + _mm(o, layer.w_o, layer.b_o)
+            x = x + layer.o(o)
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
-            gu = _mm(h, layer.w_gate_up, layer.b_gate_up)  # [T, 2 I]
-            x = x + _mm(F.silu(gu[:, :inter]) * gu[:, inter:], layer.w_down, layer.b_down)
+            gu = layer.gate_up(h)  # [T, 2 I]
+            x = x + layer.down(F.silu(gu[:, :inter]) * gu[:, inter:])
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""
         h = F.rms_norm(hidden, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
-        return torch.mm(h, self.lm_head)
+        assert self.lm_head is not None
+        return self.lm_head(h)
 
     def describe(self) -> dict[str, Any]:
         """A few facts for logs and /v1/models."""
         return {"architecture": self.cfg.architecture, "layers": self.cfg.num_layers,
-                "parameters": sum(t.numel() for t in self._tensors())}
-
-    def _tensors(self) -> Iterable[torch.Tensor]:
-        if self.embed is not None:
-            yield self.embed
-        yield self.lm_head
-        for layer in self.layers:
-            yield from (t for t in vars(layer).values() if t is not None)
+                "linear_backend": self.backend}
