@@ -123,6 +123,9 @@ def launch(
     max_seq_len_override: Annotated[int | None, typer.Option(help="Cap the context.")] = None,
     api_key: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel ranks.")] = None,
+    cache: Annotated[
+        str | None, typer.Option(help="KV prefix cache: radix (reuse shared prefixes) or naive.")
+    ] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -131,6 +134,7 @@ def launch(
         "model": model, "host": host, "port": port, "grpc_port": grpc_port, "dtype": dtype,
         "num_pages": num_pages, "page_size": page_size,
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
+        "cache": cache,
     }
     cfg = _load(config, flags, set_)
     try:

@@ -49,5 +49,6 @@ def make_scheduler(spec: WorkerSpec) -> Any:
         "max_running_requests": cfg.max_running_requests,
         "max_prefill_tokens": cfg.max_prefill_tokens,
         "num_threads": spec.num_threads,
+        "cache": cfg.cache,
     }
     return Engine(EngineConfig(**{k: v for k, v in fields.items() if v is not None}))
