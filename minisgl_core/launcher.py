@@ -101,6 +101,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
     """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
     from minisgl_core.runtime.client import TransportEngineClient
 
+    max_context = _max_context(model_dir, config.max_seq_len_override)
     name = config.transport
     transport = registries.transports.get(name)(config.transports.get(name, {}))
     run_dir = make_run_dir()
@@ -115,7 +116,6 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
                                           endpoints.tokenizer, fid,
                                           max_waiting=config.max_waiting_requests)
                for fid in frontend_ids}
-    max_context = _max_context(model_dir, config.max_seq_len_override)
     threads = config.num_threads or os.cpu_count() or 1
     specs = [WorkerSpec(role=role, config=config, endpoints=endpoints, model_dir=model_dir,  # type: ignore[arg-type]
                         max_context=max_context, plugin_modules=plugin_modules,
