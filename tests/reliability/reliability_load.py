@@ -118,6 +118,7 @@ class LoadReport:
     succeeded: int
     failed: int
     aborted: int
+    stop_hits: int  # answers that ended on one of their stop strings
     seconds: float
     failures: tuple[str, ...]
 
@@ -272,8 +273,10 @@ def run_load(base: str, model: str, plans: Sequence[Plan], concurrency: int) -> 
     failures = tuple(f"request {o.plan.index} ({_describe(o.plan)}): {'; '.join(o.problems)}"
                      for o in outcomes if o.problems)
     aborted = sum(o.disconnected for o in outcomes if o.ok)
+    stop_hits = sum(1 for o in outcomes if o.ok and not o.disconnected and o.plan.stop
+                    and "stop" in o.finish.values())
     return LoadReport(sent=len(outcomes), succeeded=len(outcomes) - len(failures) - aborted,
-                      failed=len(failures), aborted=aborted,
+                      failed=len(failures), aborted=aborted, stop_hits=stop_hits,
                       seconds=time.monotonic() - start, failures=failures)
 
 

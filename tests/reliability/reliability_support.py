@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from minisgl_core.testing.service import RunningService, launch_service
 
@@ -20,6 +21,12 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 # small context: fuzzed requests stay cheap (max_tokens >= 256 is a 400) and over-context is easy
 CONTEXT = 256
 BASE_ARGS = ["--max-seq-len-override", str(CONTEXT), "--num-pages", "256", "--page-size", "16"]
+
+
+# `make soak` sets MINISGL_SOAK_REQUESTS; the slow scenarios run only then
+SOAK_MODE = bool(os.environ.get("MINISGL_SOAK_REQUESTS"))
+SOAK_MARKS = (pytest.mark.slow, pytest.mark.skipif(
+    not SOAK_MODE, reason="runs with `make soak` (MINISGL_SOAK_REQUESTS set)"))
 
 
 @dataclass(frozen=True)
