@@ -97,7 +97,7 @@ class Engine:
         self.page_size = config.page_size
         self.num_pages = config.num_pages or self._default_num_pages()
         self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, cfg.num_kv_heads,
-                         cfg.head_dim, self.dtype, self.device)
+                         cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix")
         self.allocator = PageAllocator(self.num_pages)
         self.workspace = Workspace(cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed)

@@ -53,18 +53,22 @@ class KVPool:
 
     Allocated with torch.empty so untouched pages cost no resident memory; page 0 is zeroed
     because padded attention gathers read it (its keys are masked, but 0 * NaN would not be 0).
+    ``prefault`` zeroes every page up front: with a prefix cache the pool fills up over time
+    anyway, and paying for it at start keeps the process's memory flat instead of creeping up.
     """
 
     def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: torch.device | str) -> None:
+                 head_dim: int, dtype: torch.dtype, device: torch.device | str,
+                 prefault: bool = False) -> None:
         self.page_size = page_size
         self.num_pages = num_pages
         slots = (num_pages + 1) * page_size
         shape = (num_layers, slots, num_kv_heads, head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
-        self.k[:, :page_size].zero_()
-        self.v[:, :page_size].zero_()
+        touched = slots if prefault else page_size
+        self.k[:, :touched].zero_()
+        self.v[:, :touched].zero_()
         self.k_layers = list(self.k.unbind(0))  # per-layer views [num_slots, Hkv, D]
         self.v_layers = list(self.v.unbind(0))
 
