@@ -94,9 +94,11 @@ def _prefill_meta(prefill: Sequence[tuple[Sequence[int], int, int]], page_size: 
     starts = [s for _, s, _ in prefill]
     news = [n for _, _, n in prefill]
     lens = [s + n for s, n in zip(starts, news, strict=True)]
-    slots, _ = _slot_matrix([p for p, _, _ in prefill], lens, page_size)
     b, lq, lk = len(prefill), max(news), max(lens)
     fresh = b == 1 and starts[0] == 0
+    if fresh:  # attends over its own new k/v: nothing to gather
+        return GroupMeta(1, lq, lk, torch.empty(0, dtype=torch.int64), None, None, None, True)
+    slots, _ = _slot_matrix([p for p, _, _ in prefill], lens, page_size)
     q_pad = q_unpad = None
     if b > 1:
         pad: list[int] = []
@@ -108,11 +110,9 @@ def _prefill_meta(prefill: Sequence[tuple[Sequence[int], int, int]], page_size: 
             unpad.extend(range(i * lq, i * lq + n))
             offset += n
         q_pad, q_unpad = dev(torch.tensor(pad)), dev(torch.tensor(unpad))
-    mask = None
-    if not fresh:
-        qpos = torch.tensor(starts).view(b, 1, 1) + torch.arange(lq).view(1, lq, 1)
-        mask = dev((torch.arange(lk).view(1, 1, lk) <= qpos).unsqueeze(1))
-    return GroupMeta(b, lq, lk, dev(slots.flatten()), mask, q_pad, q_unpad, fresh)
+    qpos = torch.tensor(starts).view(b, 1, 1) + torch.arange(lq).view(1, lq, 1)
+    mask = dev((torch.arange(lk).view(1, 1, lk) <= qpos).unsqueeze(1))
+    return GroupMeta(b, lq, lk, dev(slots.flatten()), mask, q_pad, q_unpad, False)
 
 
 class Workspace:
