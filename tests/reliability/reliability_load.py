@@ -18,7 +18,8 @@ import httpx
 from reliability_support import AUTH
 
 REQUEST_DEADLINE_S = 60.0
-STOP_POOL = ("e", "the", " a", "o", ".", "\n", "中", "😀", "zzz", "Paris", "!", "un")
+# the tiny random model often writes "o", "3", "7", "T", "天": those stop strings get hit
+STOP_POOL = ("o", " o", "3", "7", "T", "天", "St", "e", "the", ".", "\n", "中", "😀", "zzz", "!")
 WORDS = ("The", "quick", "brown", "fox", "capital", "France", "Paris", "café", "😀", "你好",
          "tiny", "model", "stream", "0123", "def", "return", "world", "!")
 FINISH = {"stop", "length"}

@@ -37,6 +37,7 @@ class LaunchSpec:
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     metrics_need_key: bool = False
+    frontend: str = "openai"
 
 
 # zmq gets its key from the environment, nng from the flag, and nng also locks /metrics
@@ -154,8 +155,8 @@ def find_run_dir(launcher_pid: int) -> Path:
 
 def start(model: str, spec: LaunchSpec, log_dir: Path) -> Service:
     """Launch a service and wait until /health answers."""
-    run = launch_service(model, transport=spec.transport, args=list(spec.args), log_dir=log_dir,
-                         env=spec.env)
+    run = launch_service(model, transport=spec.transport, frontend=spec.frontend,
+                         args=list(spec.args), log_dir=log_dir, env=spec.env)
     name = httpx.get(f"{run.url}/v1/models", headers=AUTH, timeout=10).json()["data"][0]["id"]
     return Service(run, spec, find_run_dir(run.proc.pid), name, Path(model))
 
