@@ -30,5 +30,16 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# The long soak and the slow fault scenarios of tests/reliability (docs/reliability.md);
+# figures are appended to results/reliability.jsonl. `make soak SOAK_REQUESTS=5000` for more.
+SOAK_REQUESTS ?= 2000
+SOAK_CONCURRENCY ?= 32
+SOAK_TRANSPORTS ?= zmq,nng
+soak: setup
+	MINISGL_STRICT_PLUGINS=1 MINISGL_SOAK_REQUESTS=$(SOAK_REQUESTS) \
+	MINISGL_SOAK_CONCURRENCY=$(SOAK_CONCURRENCY) MINISGL_SOAK_TRANSPORTS=$(SOAK_TRANSPORTS) \
+	MINISGL_RELIABILITY_OUT=results/reliability.jsonl \
+	$(BIN)/python -m pytest -q -s -m slow tests/reliability
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info
