@@ -17,7 +17,9 @@ ENGINE_GAUGES = {
     "requests_running": "Requests in the scheduler's running batch.",
     "requests_waiting": "Requests queued in the scheduler, not yet admitted.",
     "kv_pages_total": "KV cache pages in the pool.",
-    "kv_pages_free": "KV cache pages on the free list.",
+    "kv_pages_free": "KV cache pages that can be allocated now (free, or held only by the "
+                     "prefix cache).",
+    "kv_pages_cached": "KV cache pages held by the prefix cache.",
 }
 _OWNED = {"minisgl_prompt_tokens_total", "minisgl_generation_tokens_total",
           "minisgl_requests_finished_total", "minisgl_time_to_first_token_seconds",
