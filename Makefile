@@ -24,10 +24,10 @@ $(STAMP): $(PROJECT_FILES) Makefile
 serve: setup
 	$(BIN)/minisgl launch --transport zmq --frontend openai
 
-# Everything but the long soaks (`make soak`); ends with the plugin health check CI relies on.
+# The plugin health check, then every test but the long soaks (those are `make soak`).
 test: setup
-	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow"
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/minisgl plugins --check
+	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check .
