@@ -29,7 +29,7 @@ from minisgl_core.engine.request import (
 )
 from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.scheduler import Scheduler
-from minisgl_core.engine.weights import iter_safetensors, resolve_model
+from minisgl_core.engine.weights import Checkpoint, resolve_model
 from minisgl_core.messages import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class Engine:
         self.vocab_size = cfg.vocab_size
         self.model = get_model_class(cfg.architecture)(cfg, dtype=self.dtype, device=self.device,
                                                        max_seq_len=self.max_seq_len)
-        self.model.load_weights(iter_safetensors(path))
+        self.model.load_weights(Checkpoint(path))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.eos_token_ids = _eos_ids(path, self.tokenizer, cfg)
         self.page_size = config.page_size

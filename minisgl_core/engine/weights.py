@@ -110,14 +110,59 @@ def _convert_in_subprocess(gguf: Path, out: Path) -> None:
         raise RuntimeError(f"converting {gguf.name} failed (exit code {proc.returncode})")
 
 
-def iter_safetensors(path: Path, device: str = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) for every tensor of every *.safetensors file in ``path``."""
-    from safetensors import safe_open
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+           "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+           "BOOL": "bool"}
 
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise ModelNotFoundError(f"no *.safetensors files in {path}")
-    for file in files:
-        with safe_open(str(file), framework="pt", device=device) as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
-                yield name, f.get_tensor(name)
+
+class Checkpoint:
+    """The tensors of a model directory's *.safetensors files, read one at a time.
+
+    Reads with plain file reads into private tensors rather than through a memory map: every
+    mapped page a loader touches stays in the process's resident set for as long as the mapping
+    lives, which would double the peak memory of loading a model.
+    """
+
+    def __init__(self, path: Path) -> None:
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise ModelNotFoundError(f"no *.safetensors files in {path}")
+        self._index: dict[str, tuple[Path, str, list[int], int, int]] = {}
+        for file in files:
+            with open(file, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size))
+            for name, info in header.items():
+                if name == "__metadata__":
+                    continue
+                start, end = info["data_offsets"]
+                self._index[name] = (file, info["dtype"], info["shape"], 8 + size + start,
+                                     end - start)
+
+    def names(self) -> list[str]:
+        """Every tensor name, sorted."""
+        return sorted(self._index)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def get(self, name: str) -> torch.Tensor:
+        """Read one tensor (CPU, its stored dtype); KeyError names the missing tensor."""
+        import torch
+
+        if name not in self._index:
+            raise KeyError(f"checkpoint has no tensor {name!r}")
+        file, dtype, shape, offset, nbytes = self._index[name]
+        raw = torch.empty(nbytes, dtype=torch.uint8)
+        with open(file, "rb") as f:
+            f.seek(offset)
+            if f.readinto(memoryview(raw.numpy())) != nbytes:
+                raise ValueError(f"{file.name} is truncated (tensor {name!r})")
+        return raw.view(getattr(torch, _DTYPES[dtype])).reshape(shape)
+
+
+def iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, tensor) for every tensor of every *.safetensors file in ``path``."""
+    ckpt = Checkpoint(path)
+    for name in ckpt.names():
+        yield name, ckpt.get(name)

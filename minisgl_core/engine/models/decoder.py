@@ -7,8 +7,6 @@ four matmuls, each through a ``Linear`` whose kernel and weight layout suit the 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,8 +17,7 @@ from minisgl_core.engine.attention import AttentionMetadata, Workspace, paged_at
 from minisgl_core.engine.config import ModelConfig
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.linear import Linear, choose_backend
-
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+from minisgl_core.engine.weights import Checkpoint
 
 
 @dataclass
@@ -77,69 +74,59 @@ class DecoderForCausalLM:
         self.cos = torch.cat((freqs.cos(), freqs.cos()), -1).to(device, dtype)  # [S, D]
         self.sin = torch.cat((-freqs.sin(), freqs.sin()), -1).to(device, dtype)
 
-    def load_weights(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Take HF-named tensors, fuse and move them; ValueError names what is missing."""
-        top: dict[str, torch.Tensor] = {}
-        per_layer: list[dict[str, torch.Tensor]] = [{} for _ in range(self.cfg.num_layers)]
-        for name, tensor in tensors:
-            m = _LAYER.match(name)
-            if m:
-                per_layer[int(m.group(1))][m.group(2)] = tensor
-            elif not name.endswith("rotary_emb.inv_freq"):
-                top[name] = tensor
-        self.norm = self._take(top, "model.norm.weight")
-        self.embed = self._take(top, "model.embed_tokens.weight")
-        head = top.pop("lm_head.weight", None)
-        if self.cfg.tie_word_embeddings or head is None:
-            head = self.embed  # tied: the packed/transposed head is a second copy of it
-        self.lm_head = Linear(head.to(self.device, self.dtype), None, self.backend)
-        self.layers = [self._fuse(i, w) for i, w in enumerate(per_layer)]
+    def load_weights(self, ckpt: Checkpoint) -> None:
+        """Read HF-named tensors layer by layer, fuse and pack them; ValueError if one is missing.
 
-    def _take(self, weights: dict[str, torch.Tensor], name: str) -> torch.Tensor:
-        if name not in weights:
+        One layer's raw tensors at a time, so loading peaks at the model's size plus one layer.
+        """
+        self.norm = self._take(ckpt, "model.norm.weight")
+        self.embed = self._take(ckpt, "model.embed_tokens.weight")
+        head = self.embed  # tied: the packed (or transposed) head is a second copy of it
+        if not self.cfg.tie_word_embeddings and "lm_head.weight" in ckpt:
+            head = self._take(ckpt, "lm_head.weight")
+        self.lm_head = Linear(head, None, self.backend)
+        self.layers = [self._load_layer(ckpt, i) for i in range(self.cfg.num_layers)]
+
+    def _take(self, ckpt: Checkpoint, name: str) -> torch.Tensor:
+        if name not in ckpt:
             raise ValueError(f"checkpoint has no tensor {name!r}")
-        # a copy: safetensors hands out views of a file mapping, and every page of that mapping
-        # we ever touched would stay in our resident set for as long as one view lives
-        return weights.pop(name).to(self.device, self.dtype, copy=True).contiguous()
+        return ckpt.get(name).to(self.device, self.dtype).contiguous()
 
-    def _cat(self, w: dict[str, torch.Tensor], prefix: str, names: tuple[str, ...],
-             suffix: str) -> torch.Tensor | None:
-        keys = [f"{n}.{suffix}" for n in names]
-        present = [k in w for k in keys]
-        if suffix == "bias" and not any(present):
+    def _cat(self, ckpt: Checkpoint, names: list[str]) -> torch.Tensor | None:
+        """The named tensors stacked along dim 0; None when none exists (absent biases)."""
+        if not any(n in ckpt for n in names):
             return None
-        if not all(present):
-            missing = [k for k, p in zip(keys, present, strict=True) if not p]
-            raise ValueError(f"checkpoint misses {prefix}{missing[0]}")
-        return torch.cat([w.pop(k).to(self.device, self.dtype) for k in keys])
+        return torch.cat([self._take(ckpt, n) for n in names])
 
-    def _fuse(self, i: int, w: dict[str, torch.Tensor]) -> Layer:
+    def _load_layer(self, ckpt: Checkpoint, i: int) -> Layer:
         p = f"model.layers.{i}."
-        attn = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
-        mlp = ("mlp.gate_proj", "mlp.up_proj")
+        attn = [f"{p}self_attn.{n}_proj" for n in "qkv"]
+        mlp = [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"]
+        qkv_w = self._take(ckpt, attn[0] + ".weight")  # raises a clear error when missing
+        qkv_w = torch.cat([qkv_w, *(self._take(ckpt, a + ".weight") for a in attn[1:])])
+        gate_up_w = torch.cat([self._take(ckpt, m + ".weight") for m in mlp])
         qk_norm = None
         if self.qk_norm:
             c = self.cfg
-            qn = self._take(w, "self_attn.q_norm.weight").expand(c.num_heads, -1)
-            kn = self._take(w, "self_attn.k_norm.weight").expand(c.num_kv_heads, -1)
+            qn = self._take(ckpt, f"{p}self_attn.q_norm.weight").expand(c.num_heads, -1)
+            kn = self._take(ckpt, f"{p}self_attn.k_norm.weight").expand(c.num_kv_heads, -1)
             qk_norm = torch.cat((qn, kn)).contiguous()
-        def linear(weight: torch.Tensor | None, bias: torch.Tensor | None) -> Linear:
-            assert weight is not None
-            return Linear(weight, bias, self.backend)
+
+        def opt(name: str) -> torch.Tensor | None:
+            return self._take(ckpt, name) if name in ckpt else None
 
         return Layer(
-            ln_attn=self._take(w, "input_layernorm.weight"),
-            ln_mlp=self._take(w, "post_attention_layernorm.weight"),
-            qkv=linear(self._cat(w, p, attn, "weight"), self._cat(w, p, attn, "bias")),
-            o=linear(self._take(w, "self_attn.o_proj.weight"),
-                     self._opt(w, "self_attn.o_proj.bias")),
-            gate_up=linear(self._cat(w, p, mlp, "weight"), self._cat(w, p, mlp, "bias")),
-            down=linear(self._take(w, "mlp.down_proj.weight"), self._opt(w, "mlp.down_proj.bias")),
+            ln_attn=self._take(ckpt, f"{p}input_layernorm.weight"),
+            ln_mlp=self._take(ckpt, f"{p}post_attention_layernorm.weight"),
+            qkv=Linear(qkv_w, self._cat(ckpt, [a + ".bias" for a in attn]), self.backend),
+            o=Linear(self._take(ckpt, f"{p}self_attn.o_proj.weight"),
+                     opt(f"{p}self_attn.o_proj.bias"), self.backend),
+            gate_up=Linear(gate_up_w, self._cat(ckpt, [m + ".bias" for m in mlp]),
+                           self.backend),
+            down=Linear(self._take(ckpt, f"{p}mlp.down_proj.weight"),
+                        opt(f"{p}mlp.down_proj.bias"), self.backend),
             qk_norm=qk_norm,
         )
-
-    def _opt(self, w: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
-        return self._take(w, name) if name in w else None
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool,
                 ws: Workspace) -> torch.Tensor:
