@@ -130,4 +130,5 @@ def load_then(svc: Service, action: Callable[[], None], *, count: int = 12,
     endings = asyncio.run(_run(svc, count, max_tokens, action, deadline_s))
     bad = [e for e in endings if e.kind not in OK_ENDINGS]
     assert not bad, f"{bad}\n{svc.log()[-3000:]}"
-    return Counter(e.kind for e in endings)
+    return Counter(f"status {e.detail.split(':', 1)[0]}" if e.kind == "error_status" else e.kind
+                   for e in endings)

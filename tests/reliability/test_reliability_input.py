@@ -195,6 +195,7 @@ def test_schema_fuzz(svc: Service) -> None:
                 f"{case!r}: {resp.text[:300]}"
 
     call()
+    print(f"schema fuzz statuses: {dict(sorted(seen.items()))}")
     assert any(400 <= s < 500 for s in seen) and any(s < 300 for s in seen), seen
     still_serving(svc)
 
