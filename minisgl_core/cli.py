@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -178,6 +179,8 @@ def plugins(
 def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the merged config (defaults < file < MINISGL_* env < -s) as TOML or JSON."""
     cfg = _load(config, {}, set_)
+    if cfg.api_key:  # a secret: never printed where logs and terminals keep it
+        cfg = dataclasses.replace(cfg, api_key="<redacted>")
     typer.echo(to_json(cfg) if json_ else to_toml(cfg), nl=json_)
 
 

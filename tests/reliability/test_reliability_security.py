@@ -141,7 +141,6 @@ def test_errors_do_not_echo_inputs(pool: ServicePool) -> None:
         assert secret[:200] not in resp.text and len(resp.text) < 1500, resp.text[:300]
 
 
-@pytest.mark.xfail(strict=True, reason="`minisgl config show` prints api_key in clear")
 def test_config_show_redacts_the_api_key() -> None:
     import os
     import subprocess

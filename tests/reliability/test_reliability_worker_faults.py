@@ -170,8 +170,6 @@ def test_grpc_waiting_queue_over_its_limit_gives_resource_exhausted(overloaded: 
     assert is_idle(m), idle_view(m)
 
 
-@pytest.mark.xfail(strict=True, reason="the gRPC frontend ignores --api-key / MINISGL_API_KEY: "
-                   "anyone who reaches the port can generate")
 def test_grpc_needs_the_key_too(overloaded: Service) -> None:
     assert _grpc_call(overloaded, metadata=()).startswith("UNAUTHENTICATED")
 

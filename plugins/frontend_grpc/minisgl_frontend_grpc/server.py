@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -36,11 +37,22 @@ SERVER_OPTIONS = (
 class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-defined]
     """Generate and ListModels over an EngineClient."""
 
-    def __init__(self, client: EngineClient) -> None:
+    def __init__(self, client: EngineClient, api_key: str | None = None) -> None:
         self._client = client
+        self._expected = f"Bearer {api_key}".encode() if api_key else None
+
+    async def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+        """With an API key set, every call carries ``authorization: Bearer <key>`` metadata."""
+        if self._expected is None:
+            return
+        given = dict(context.invocation_metadata() or ()).get("authorization", "")
+        if not hmac.compare_digest(str(given).encode(), self._expected):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "missing or wrong API key (authorization: Bearer <key>)")
 
     async def ListModels(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """The one served model."""
+        await self._authorize(context)
         model = pb2.Model(id=self._client.model_name, max_context=self._client.max_context)
         return pb2.ListModelsResponse(models=[model])
 
@@ -51,6 +63,7 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
         ``context.cancelled()`` is unreliable), so the engine stream is closed in ``finally``:
         closing it early aborts the request in the scheduler.
         """
+        await self._authorize(context)
         try:
             core = to_core_request(request, model_name=self._client.model_name,
                                    owner=self._client.frontend_id)
@@ -121,6 +134,7 @@ class GrpcFrontend:
         self.host = str(getattr(config, "host", None) or DEFAULT_HOST)
         port = getattr(config, "grpc_port", None)
         self.port = DEFAULT_PORT if port is None else int(port)
+        self.api_key: str | None = getattr(config, "api_key", None)
         self.grace_s = float(options.get("grace_s", 5.0))
         self.health_interval_s = float(options.get("health_interval_s", 0.5))
         self.bound_port: int | None = None
@@ -138,7 +152,8 @@ class GrpcFrontend:
     async def start(self) -> None:
         """Bind and start the server; raises RuntimeError when the port is taken."""
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        pb2_grpc.add_GeneratorServicer_to_server(GeneratorServicer(self._client), server)
+        pb2_grpc.add_GeneratorServicer_to_server(GeneratorServicer(self._client, self.api_key),
+                                                 server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
