@@ -42,6 +42,16 @@ def choose_backend(device: torch.device, dtype: torch.dtype) -> str:
     return "onednn" if _onednn_works(device, dtype) else "dense"
 
 
+def padded_rows(rows: int) -> int:
+    """Round a row count up to one of a few sizes: oneDNN caches one primitive per shape, and an
+    unbounded set of shapes (every batch size, every prefill chunk) grows memory without end.
+    4 (fewer is slower), then multiples of 8 up to 64, then multiples of 32."""
+    if rows <= _MIN_ROWS:
+        return _MIN_ROWS
+    step = 8 if rows <= 64 else 32
+    return -(-rows // step) * step
+
+
 class Linear:
     """``y = x @ W.T + b`` for ``x [T, in]``, from an HF ``W [out, in]``; the layout is private."""
 
@@ -59,8 +69,9 @@ class Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "onednn":
             rows = x.shape[0]
-            if rows < _MIN_ROWS:
-                x = F.pad(x, (0, 0, 0, _MIN_ROWS - rows))
+            padded = padded_rows(rows)
+            if padded != rows:
+                x = F.pad(x, (0, 0, 0, padded - rows))
                 return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [],
                                                           "")[:rows]
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")

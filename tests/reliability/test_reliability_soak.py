@@ -30,12 +30,6 @@ from reliability_support import (
 SHORT_REQUESTS, SHORT_CONCURRENCY = 150, 16
 MEMORY_GROWTH_LIMIT = 0.10
 WARMUP_ROUNDS = 2
-LINEAR_SHAPES_DEFECT = (
-    "the scheduler's RSS grows with every new batch row count: engine/linear.py runs oneDNN "
-    "_linear_pointwise on [T, in] for any T, and oneDNN caches one primitive per shape "
-    "(up to 1024); pad T to a few buckets (MINISGL_LINEAR=dense stays flat)")
-
-
 @dataclass(frozen=True)
 class SoakResult:
     """What a soak measured: the figures recorded, and the failures to report."""
@@ -110,7 +104,6 @@ def test_short_soak(short_soak: SoakResult) -> None:
     assert short_soak.figures["aborted_by_client"], "the mix should include disconnects"
 
 
-@pytest.mark.xfail(strict=True, reason=LINEAR_SHAPES_DEFECT)
 def test_short_soak_scheduler_memory(short_soak: SoakResult) -> None:
     check_soak(short_soak, processes=("scheduler",))
 
