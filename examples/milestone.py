@@ -8,6 +8,7 @@ concurrent requests, and prints a curl line to try. `--transport nng` works the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -58,9 +59,9 @@ def main() -> None:
         wait_ready(proc, port)
         workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
                    if c.name().startswith("minisgl::") or "minisgl::" in " ".join(c.cmdline())]
+        titles = ", ".join(sorted(" ".join(w.cmdline()).strip() for w in workers))
         print(f"service ready ({time.time() - t:.0f} s): 1 API server process + {len(workers)} "
-              f"worker processes ({', '.join(sorted(' '.join(w.cmdline()) for w in workers))}), "
-              f"passing messages over {args.transport}")
+              f"worker processes ({titles}), passing messages over {args.transport}")
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none")
         model = client.models.list().data[0].id
 
@@ -96,9 +97,10 @@ def main() -> None:
         print(f"8 concurrent requests x 16 tokens: {total:.2f} s in total "
               f"({8 * 16 / total:.1f} tokens/s), each request {min(lat):.2f}-{max(lat):.2f} s; "
               "they share one batch, nobody queues")
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                          separators=(",", ":"))
         print(f"Try it yourself: curl http://127.0.0.1:{port}/v1/chat/completions "
-              "-H 'Content-Type: application/json' "
-              f"-d '{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'")
+              f"-H 'Content-Type: application/json' -d '{body}'")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
