@@ -24,8 +24,9 @@ $(STAMP): $(PROJECT_FILES) Makefile
 serve: setup
 	$(BIN)/minisgl launch --transport zmq --frontend openai
 
-# The plugin health check, then every test but the long soaks (those are `make soak`).
+# Lint, the plugin health check, then every test but the long soaks (those are `make soak`).
 test: setup
+	$(BIN)/ruff check .
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/minisgl plugins --check
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow"
 
