@@ -66,18 +66,25 @@ class Linear:
         else:
             self.weight = weight.t().contiguous()  # [in, out]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused into the matmul)."""
         if self.backend == "onednn":
             rows = x.shape[0]
-            padded = padded_rows(rows)
-            if padded != rows:
-                x = F.pad(x, (0, 0, 0, padded - rows))
-                return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [],
-                                                          "")[:rows]
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        if self.bias is None:
-            return torch.mm(x, self.weight)
-        return torch.addmm(self.bias, x, self.weight)
+            if rows < _MIN_ROWS:
+                x = F.pad(x, (0, 0, 0, _MIN_ROWS - rows))
+                if residual is not None:
+                    residual = F.pad(residual, (0, 0, 0, _MIN_ROWS - rows))
+            if residual is None:
+                y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+            else:
+                y = torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight,
+                                                              self.bias, "add")
+            return y if rows >= _MIN_ROWS else y[:rows]
+        if self.bias is not None:
+            y = torch.addmm(self.bias, x, self.weight)
+            return y if residual is None else y + residual
+        return torch.mm(x, self.weight) if residual is None else torch.addmm(residual, x,
+                                                                             self.weight)
 
     def nbytes(self) -> int:
         """Memory held by the weight (and bias)."""

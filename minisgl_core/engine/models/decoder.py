@@ -151,10 +151,10 @@ class DecoderForCausalLM:
             v = qkv[:, qk_dim:].view(t, hkv, d)
             kv.store(i, meta.out_slots, k, v)
             o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
-            x = x + layer.o(o)
+            x = layer.o(o, residual=x)
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
             gu = layer.gate_up(h)  # [T, 2 I]
-            x = x + layer.down(F.silu(gu[:, :inter]) * gu[:, inter:])
+            x = layer.down(F.silu(gu[:, :inter]) * gu[:, inter:], residual=x)
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
