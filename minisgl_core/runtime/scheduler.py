@@ -48,6 +48,7 @@ class SchedulerLoop:
         self.generation_tokens_total = 0
         self.finished_total: dict[str, int] = {}
         self.steps_total = 0
+        self.batch_peak = 0  # most requests that got a token in one step, since start
         self._last_stats = 0.0
         self._stats_dirty = True
 
@@ -64,8 +65,10 @@ class SchedulerLoop:
                     self._flush()
                     return
             if self.engine.has_work():
-                self._collect(self.engine.step())
+                outputs = self.engine.step()
+                self._collect(outputs)
                 self.steps_total += 1
+                self.batch_peak = max(self.batch_peak, len(outputs))
             self._flush()
             self._maybe_report_stats(force=not self.engine.has_work())
 
@@ -181,6 +184,7 @@ class SchedulerLoop:
         gauges = {
             "requests_running": float(s.running), "requests_waiting": float(s.waiting),
             "kv_pages_total": float(s.pages_total), "kv_pages_free": float(s.pages_free),
+            "scheduler_batch_peak": float(self.batch_peak),
             "kv_pages_cached": float(getattr(s, "pages_cached", 0)),
         }
         counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),

@@ -58,35 +58,6 @@ def check_answer_or_error(resp: httpx.Response) -> str | None:
     return check_error_envelope(resp)
 
 
-def openapi_document() -> dict[str, Any]:
-    """An OpenAPI 3.1 document built from the frontend's own request models."""
-    from minisgl_frontend_openai.schemas import ChatCompletionRequest, CompletionRequest
-
-    components: dict[str, Any] = {}
-
-    def body(model: Any) -> dict[str, Any]:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(schema.pop("$defs", {}))
-        components[model.__name__] = schema
-        ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-        return {"required": True, "content": {"application/json": {"schema": ref}}}
-
-    answers = {"200": {"description": "the answer"}, "default": {"description": "an error"}}
-    model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
-    paths = {
-        "/v1/chat/completions": {"post": {"requestBody": body(ChatCompletionRequest),
-                                          "responses": answers}},
-        "/v1/completions": {"post": {"requestBody": body(CompletionRequest),
-                                     "responses": answers}},
-        "/v1/models": {"get": {"responses": answers}},
-        "/v1/models/{model}": {"get": {"parameters": [model_param], "responses": answers}},
-        "/health": {"get": {"responses": answers}},
-        "/metrics": {"get": {"responses": answers}},
-    }
-    return {"openapi": "3.1.0", "info": {"title": "minisgl", "version": "0"}, "paths": paths,
-            "components": {"schemas": components}}
-
-
 def served_openapi(svc: Service) -> dict[str, Any] | None:
     """The service's own /openapi.json when it describes the request bodies, else None."""
     resp = httpx.get(f"{svc.url}/openapi.json", headers=AUTH, timeout=10)

@@ -13,12 +13,14 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from minisgl_core import __version__
 from minisgl_core.client import EngineClient
 from minisgl_core.messages import GenerateRequest
 from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.metrics import CONTENT_TYPE, FrontendMetrics
 from minisgl_frontend_openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
+from minisgl_frontend_openai.openapi import openapi_document
 from minisgl_frontend_openai.responses import ChatFormat, CompletionFormat
 from minisgl_frontend_openai.schemas import (
     ChatCompletionRequest,
@@ -111,6 +113,12 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
             log.exception("engine metrics unavailable")
             engine = {}
         return Response(metrics.render(engine), media_type=CONTENT_TYPE)
+
+    document = openapi_document(__version__)
+
+    @app.get("/openapi.json")
+    async def openapi() -> Response:
+        return JSONResponse(document)
 
     @app.get("/v1/models")
     async def list_models() -> Response:
