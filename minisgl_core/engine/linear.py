@@ -70,16 +70,17 @@ class Linear:
         """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused into the matmul)."""
         if self.backend == "onednn":
             rows = x.shape[0]
-            if rows < _MIN_ROWS:
-                x = F.pad(x, (0, 0, 0, _MIN_ROWS - rows))
+            padded = padded_rows(rows)  # a bounded set of shapes: see padded_rows
+            if padded != rows:
+                x = F.pad(x, (0, 0, 0, padded - rows))
                 if residual is not None:
-                    residual = F.pad(residual, (0, 0, 0, _MIN_ROWS - rows))
+                    residual = F.pad(residual, (0, 0, 0, padded - rows))
             if residual is None:
                 y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
             else:
                 y = torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight,
                                                               self.bias, "add")
-            return y if rows >= _MIN_ROWS else y[:rows]
+            return y if padded == rows else y[:rows]
         if self.bias is not None:
             y = torch.addmm(self.bias, x, self.weight)
             return y if residual is None else y + residual
