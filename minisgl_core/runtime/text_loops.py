@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from minisgl_core import codec
@@ -25,18 +25,25 @@ log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.2
 
 
-def run_tokenizer(role: Any, inbox: Receiver, outbox: Sender) -> None:
-    """Tokenize requests and forward aborts on the same path, in arrival order."""
+def _received(inbox: Receiver, decode: Callable[[bytes], Any],
+              who: str) -> Iterator[tuple[bytes, Any]]:
+    """Yield ``(raw, decoded)`` for each message until the inbox closes; drop malformed ones."""
     while True:
         try:
             data = inbox.recv()
         except ChannelClosed:
             return
         try:
-            msg = codec.decode_tokenizer(data)
+            msg = decode(data)
         except codec.DecodeError as exc:
-            log.warning("tokenizer dropped a malformed message: %s", exc)
+            log.warning("%s dropped a malformed message: %s", who, exc)
             continue
+        yield data, msg
+
+
+def run_tokenizer(role: Any, inbox: Receiver, outbox: Sender) -> None:
+    """Tokenize requests and forward aborts on the same path, in arrival order."""
+    for data, msg in _received(inbox, codec.decode_tokenizer, "tokenizer"):
         match msg:
             case GenerateRequest():
                 outbox.send(codec.encode(role.tokenize(msg)))
@@ -50,16 +57,7 @@ def run_detokenizer(role: Any, inbox: Receiver, outboxes: dict[str, Sender],
                     report: Callable[[Message], None]) -> None:
     """Turn each step's token deltas into text deltas and route them to their frontends."""
     reported, last_report = -1, 0.0
-    while True:
-        try:
-            data = inbox.recv()
-        except ChannelClosed:
-            return
-        try:
-            msg = codec.decode_detokenizer(data)
-        except codec.DecodeError as exc:
-            log.warning("detokenizer dropped a malformed message: %s", exc)
-            continue
+    for _, msg in _received(inbox, codec.decode_detokenizer, "detokenizer"):
         match msg:
             case TokenBatch():
                 for owner, deltas in role.process(msg).items():
