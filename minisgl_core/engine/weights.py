@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -159,10 +158,3 @@ class Checkpoint:
             if f.readinto(memoryview(raw.numpy())) != nbytes:
                 raise ValueError(f"{file.name} is truncated (tensor {name!r})")
         return raw.view(getattr(torch, _DTYPES[dtype])).reshape(shape)
-
-
-def iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) for every tensor of every *.safetensors file in ``path``."""
-    ckpt = Checkpoint(path)
-    for name in ckpt.names():
-        yield name, ckpt.get(name)

@@ -102,8 +102,7 @@ class DecoderForCausalLM:
         p = f"model.layers.{i}."
         attn = [f"{p}self_attn.{n}_proj" for n in "qkv"]
         mlp = [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"]
-        qkv_w = self._take(ckpt, attn[0] + ".weight")  # raises a clear error when missing
-        qkv_w = torch.cat([qkv_w, *(self._take(ckpt, a + ".weight") for a in attn[1:])])
+        qkv_w = torch.cat([self._take(ckpt, a + ".weight") for a in attn])
         gate_up_w = torch.cat([self._take(ckpt, m + ".weight") for m in mlp])
         qk_norm = None
         if self.qk_norm:
