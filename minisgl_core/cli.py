@@ -209,7 +209,7 @@ def bench_offline(
 ) -> None:
     """Offline engine throughput (no server) for a few batch sizes."""
     run = lazy_entry("minisgl_core.engine.bench:main", "the offline benchmark")
-    run(model=model, batch_sizes=batch_size or [1, 4, 16], max_tokens=max_tokens, json_lines=json_)
+    run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_)
 
 
 def _version_text(state: Plugins) -> str:
