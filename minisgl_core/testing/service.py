@@ -16,6 +16,16 @@ from pathlib import Path
 import httpx
 
 
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text parsed into {sample name with labels: value}."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""
     with socket.socket() as s:
@@ -45,13 +55,7 @@ class RunningService:
 
     def metrics(self) -> dict[str, float]:
         """/metrics parsed into {sample name with labels: value}."""
-        text = httpx.get(f"{self.url}/metrics", timeout=5).text
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=5).text)
 
     def wait_metrics(self, predicate: object, timeout: float = 5.0) -> dict[str, float]:
         """Poll /metrics until ``predicate(metrics)`` holds; return the last metrics either way."""

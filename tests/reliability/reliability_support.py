@@ -14,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from minisgl_core.testing.service import RunningService, launch_service
+from minisgl_core.testing.service import RunningService, launch_service, parse_metrics
 
 API_KEY = "reliability-key-7f3a9c"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -69,13 +69,7 @@ class Service:
 
     def metrics(self) -> dict[str, float]:
         """/metrics parsed into {sample with labels: value}."""
-        text = httpx.get(f"{self.url}/metrics", headers=AUTH, timeout=10).text
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+        return parse_metrics(httpx.get(f"{self.url}/metrics", headers=AUTH, timeout=10).text)
 
     def wait_metrics(self, predicate: Callable[[dict[str, float]], bool],
                      timeout: float) -> dict[str, float]:
