@@ -69,10 +69,9 @@ def test_grpc_cancel_frees_pages(both: tuple[RunningService, str]) -> None:
     request.sampling.ignore_eos = True
     with grpc.insecure_channel(url) as channel:
         call = pb2_grpc.GeneratorStub(channel).Generate(request, timeout=60)
-        for i, _ in enumerate(call):
-            if i == 3:
-                call.cancel()
-                break
+        for _ in call:  # cancel at the first message: a quiet machine finishes 400 tokens fast
+            call.cancel()
+            break
     m = svc.wait_metrics(_idle, timeout=2.0)
     assert _idle(m), m
     assert m['minisgl_scheduler_finished_abort_total'] >= 1
