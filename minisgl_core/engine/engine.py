@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.scheduler import Scheduler
 from minisgl_core.engine.weights import Checkpoint, resolve_model
 from minisgl_core.messages import SamplingParams
+
+if TYPE_CHECKING:
+    from minisgl_core.engine.parallel import TensorParallel
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +73,26 @@ def _eos_ids(path: Path, tokenizer: Any, cfg: ModelConfig) -> frozenset[int]:
     return frozenset(ids)
 
 
-class Engine:
-    """Continuous batching over a paged KV cache for one model on one device."""
+def default_num_pages(config: EngineConfig, cfg: ModelConfig, num_kv_heads: int,
+                      max_seq_len: int) -> int:
+    """KV pages for DEFAULT_KV_CACHE_BYTES of ``num_kv_heads`` heads, capped at what
+    max_running_requests full-context requests can use."""
+    dtype: torch.dtype = getattr(torch, config.dtype)
+    per_token = KVPool.bytes_per_token(cfg.num_layers, num_kv_heads, cfg.head_dim, dtype)
+    pages = DEFAULT_KV_CACHE_BYTES // per_token // config.page_size
+    one_request = -(-max_seq_len // config.page_size)
+    useful = one_request * config.max_running_requests
+    return int(max(one_request, min(pages, useful)))
 
-    def __init__(self, config: EngineConfig) -> None:
+
+class Engine:
+    """Continuous batching over a paged KV cache for one model on one device.
+
+    With ``tp`` (size > 1) this is one tensor-parallel rank: rank 0 schedules, samples and
+    broadcasts each step's inputs; the other ranks only run ``follow()``.
+    """
+
+    def __init__(self, config: EngineConfig, tp: TensorParallel | None = None) -> None:
         from transformers import AutoTokenizer
 
         if config.num_threads is not None:
@@ -89,17 +108,22 @@ class Engine:
         if config.max_seq_len_override is not None:
             self.max_seq_len = config.max_seq_len_override
         self.vocab_size = cfg.vocab_size
+        self.tp = tp if tp is not None and tp.size > 1 else None
+        extra = {} if self.tp is None else {"tp": self.tp}  # plugin models need not know tp
         self.model = get_model_class(cfg.architecture)(cfg, dtype=self.dtype, device=self.device,
-                                                       max_seq_len=self.max_seq_len)
+                                                       max_seq_len=self.max_seq_len, **extra)
         self.model.load_weights(Checkpoint(path))
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        leader = self.tp is None or self.tp.leader
+        self.tokenizer = AutoTokenizer.from_pretrained(path) if leader else None
         self.eos_token_ids = _eos_ids(path, self.tokenizer, cfg)
         self.page_size = config.page_size
-        self.num_pages = config.num_pages or self._default_num_pages()
-        self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, cfg.num_kv_heads,
+        kv_heads = int(getattr(self.model, "num_kv_heads", cfg.num_kv_heads))  # this rank's
+        self.num_pages = config.num_pages or default_num_pages(config, cfg, kv_heads,
+                                                               self.max_seq_len)
+        self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, kv_heads,
                          cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix")
         self.allocator = PageAllocator(self.num_pages)
-        self.workspace = Workspace(cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device)
+        self.workspace = Workspace(kv_heads, cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed)
         self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
                                    config.max_prefill_tokens, config.cache)
@@ -107,14 +131,6 @@ class Engine:
         self._generated_tokens = 0
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
-
-    def _default_num_pages(self) -> int:
-        c = self.model_config
-        per_token = KVPool.bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, self.dtype)
-        pages = DEFAULT_KV_CACHE_BYTES // per_token // self.page_size
-        one_request = -(-self.max_seq_len // self.page_size)
-        useful = one_request * self.config.max_running_requests
-        return int(max(one_request, min(pages, useful)))
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -198,9 +214,11 @@ class Engine:
             if r.num_cached + n == r.num_tokens:
                 rows.append(row - 1)
                 to_sample.append(r)
-        meta = build_metadata([(r.pages, r.num_cached + 1) for r in batch.decode],
-                              [(r.pages, r.num_cached, n) for r, n in batch.prefill],
-                              self.page_size, self.device)
+        decode = [(r.pages, r.num_cached + 1) for r in batch.decode]
+        prefill = [(r.pages, r.num_cached, n) for r, n in batch.prefill]
+        if self.tp is not None:  # the followers run the same forward on their shards
+            self.tp.send_step(ids, decode, prefill, self.page_size)
+        meta = build_metadata(decode, prefill, self.page_size, self.device)
         input_ids = torch.tensor(ids, device=self.device)
         hidden = self.model.forward(input_ids, meta, self.kv, self.workspace)
         for r in batch.decode:
@@ -212,6 +230,25 @@ class Engine:
         index = torch.tensor(rows, device=self.device)
         tokens = self.sampler.sample(self.model.logits(hidden.index_select(0, index)), to_sample)
         return [self._append(r, tok) for r, tok in zip(to_sample, tokens, strict=True)]
+
+    @torch.inference_mode()
+    def follow(self) -> None:
+        """Ranks > 0: run rank 0's forwards on this shard until it sends stop (or goes away)."""
+        assert self.tp is not None and not self.tp.leader, "follow() is for ranks > 0"
+        while (step := self.tp.recv_step()) is not None:
+            ids, decode, prefill = step
+            meta = build_metadata(decode, prefill, self.page_size, self.device)
+            self.model.forward(torch.tensor(ids, device=self.device), meta, self.kv,
+                               self.workspace)
+
+    def close(self) -> None:
+        """Rank 0: stop the followers; every rank leaves the process group (no-op without tp)."""
+        if self.tp is None:
+            return
+        if self.tp.leader:
+            self.tp.send_stop()
+        self.tp.close()
+        self.tp = None
 
     def _append(self, req: Request, token: int) -> StepOutput:
         req.output_ids.append(token)

@@ -2,6 +2,8 @@
 
 Weights are fused at load time: q/k/v into one matrix and gate/up into another, so each layer runs
 four matmuls, each through a ``Linear`` whose kernel and weight layout suit the device (linear.py).
+With tensor parallelism (parallel.py) each rank loads only its KV-head groups and MLP columns, and
+all-reduces the partial outputs of o_proj and down_proj; bias and residual are added on rank 0.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from minisgl_core.engine.attention import AttentionMetadata, Workspace, paged_at
 from minisgl_core.engine.config import ModelConfig
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.linear import Linear, choose_backend
+from minisgl_core.engine.parallel import Shard, TensorParallel, shard
 from minisgl_core.engine.weights import Checkpoint
 
 
@@ -26,7 +29,7 @@ class Layer:
 
     ln_attn: torch.Tensor
     ln_mlp: torch.Tensor
-    qkv: Linear  # -> [T, (Hq + 2 Hkv) * D]
+    qkv: Linear  # -> [T, (Hq + 2 Hkv) * D] (this rank's heads under tensor parallelism)
     o: Linear
     gate_up: Linear  # -> [T, 2 I]
     down: Linear
@@ -62,8 +65,13 @@ class DecoderForCausalLM:
     qk_norm: ClassVar[bool] = False  # Qwen3 normalizes each q and k head before RoPE
 
     def __init__(self, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str,
-                 max_seq_len: int) -> None:
+                 max_seq_len: int, tp: TensorParallel | None = None) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
+        self.tp = tp if tp is not None and tp.size > 1 else None  # None: the whole model here
+        rank, size = (0, 1) if self.tp is None else (self.tp.rank, self.tp.size)
+        self.shard: Shard = shard(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, size,
+                                  rank)
+        self.num_kv_heads = self.shard.num_kv  # this rank's KV heads (its KV pool's width)
         self.layers: list[Layer] = []
         self.backend = choose_backend(torch.device(device), dtype)
         self.embed = self.norm = torch.empty(0)  # embed: [V, H]
@@ -81,60 +89,82 @@ class DecoderForCausalLM:
         """
         self.norm = self._take(ckpt, "model.norm.weight")
         self.embed = self._take(ckpt, "model.embed_tokens.weight")
-        head = self.embed  # tied: the packed (or transposed) head is a second copy of it
-        if not self.cfg.tie_word_embeddings and "lm_head.weight" in ckpt:
-            head = self._take(ckpt, "lm_head.weight")
-        self.lm_head = Linear(head, None, self.backend)
+        if self.tp is None or self.tp.leader:  # only rank 0 computes logits
+            head = self.embed  # tied: the packed (or transposed) head is a second copy of it
+            if not self.cfg.tie_word_embeddings and "lm_head.weight" in ckpt:
+                head = self._take(ckpt, "lm_head.weight")
+            self.lm_head = Linear(head, None, self.backend)
         self.layers = [self._load_layer(ckpt, i) for i in range(self.cfg.num_layers)]
 
-    def _take(self, ckpt: Checkpoint, name: str) -> torch.Tensor:
+    def _take(self, ckpt: Checkpoint, name: str, rows: tuple[int, int] | None = None,
+              cols: tuple[int, int] | None = None) -> torch.Tensor:
+        """One tensor, or its ``[rows, cols]`` slice (this rank's shard), on the device."""
         if name not in ckpt:
             raise ValueError(f"checkpoint has no tensor {name!r}")
-        return ckpt.get(name).to(self.device, self.dtype).contiguous()
+        t = ckpt.get(name)
+        if rows is not None:
+            t = t[rows[0]:rows[1]]
+        if cols is not None:
+            t = t[:, cols[0]:cols[1]]
+        return t.to(self.device, self.dtype).contiguous()
 
-    def _cat(self, ckpt: Checkpoint, names: list[str]) -> torch.Tensor | None:
-        """The named tensors stacked along dim 0; None when none exists (absent biases)."""
+    def _cat(self, ckpt: Checkpoint, names: list[str],
+             rows: list[tuple[int, int] | None]) -> torch.Tensor | None:
+        """The named tensors' row slices stacked along dim 0; None when none exists (biases)."""
         if not any(n in ckpt for n in names):
             return None
-        return torch.cat([self._take(ckpt, n) for n in names])
+        return torch.cat([self._take(ckpt, n, r) for n, r in zip(names, rows, strict=True)])
 
     def _load_layer(self, ckpt: Checkpoint, i: int) -> Layer:
         p = f"model.layers.{i}."
+        s, d = self.shard, self.cfg.head_dim
+        full = self.tp is None
+        leader = self.tp is None or self.tp.leader
+        q_rows = None if full else (s.q_heads[0] * d, s.q_heads[1] * d)
+        kv_rows = None if full else (s.kv_heads[0] * d, s.kv_heads[1] * d)
+        inter = None if full else s.inter
         attn = [f"{p}self_attn.{n}_proj" for n in "qkv"]
+        attn_rows = [q_rows, kv_rows, kv_rows]
         mlp = [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"]
-        qkv_w = torch.cat([self._take(ckpt, a + ".weight") for a in attn])
-        gate_up_w = torch.cat([self._take(ckpt, m + ".weight") for m in mlp])
+        qkv_w = self._cat(ckpt, [a + ".weight" for a in attn], attn_rows)
+        gate_up_w = self._cat(ckpt, [m + ".weight" for m in mlp], [inter, inter])
+        if qkv_w is None or gate_up_w is None:
+            raise ValueError(f"checkpoint has no q/k/v or gate/up weights for layer {i}")
         qk_norm = None
         if self.qk_norm:
-            c = self.cfg
-            qn = self._take(ckpt, f"{p}self_attn.q_norm.weight").expand(c.num_heads, -1)
-            kn = self._take(ckpt, f"{p}self_attn.k_norm.weight").expand(c.num_kv_heads, -1)
+            qn = self._take(ckpt, f"{p}self_attn.q_norm.weight").expand(s.num_q, -1)
+            kn = self._take(ckpt, f"{p}self_attn.k_norm.weight").expand(s.num_kv, -1)
             qk_norm = torch.cat((qn, kn)).contiguous()
 
-        def opt(name: str) -> torch.Tensor | None:
-            return self._take(ckpt, name) if name in ckpt else None
+        def summed_bias(name: str) -> torch.Tensor | None:
+            # added once: on rank 0, so the all_reduce of the partial outputs carries it once
+            return self._take(ckpt, name) if name in ckpt and leader else None
 
         return Layer(
             ln_attn=self._take(ckpt, f"{p}input_layernorm.weight"),
             ln_mlp=self._take(ckpt, f"{p}post_attention_layernorm.weight"),
-            qkv=Linear(qkv_w, self._cat(ckpt, [a + ".bias" for a in attn]), self.backend),
-            o=Linear(self._take(ckpt, f"{p}self_attn.o_proj.weight"),
-                     opt(f"{p}self_attn.o_proj.bias"), self.backend),
-            gate_up=Linear(gate_up_w, self._cat(ckpt, [m + ".bias" for m in mlp]),
+            qkv=Linear(qkv_w, self._cat(ckpt, [a + ".bias" for a in attn], attn_rows),
+                       self.backend),
+            o=Linear(self._take(ckpt, f"{p}self_attn.o_proj.weight", cols=q_rows),
+                     summed_bias(f"{p}self_attn.o_proj.bias"), self.backend),
+            gate_up=Linear(gate_up_w, self._cat(ckpt, [m + ".bias" for m in mlp], [inter, inter]),
                            self.backend),
-            down=Linear(self._take(ckpt, f"{p}mlp.down_proj.weight"),
-                        opt(f"{p}mlp.down_proj.bias"), self.backend),
+            down=Linear(self._take(ckpt, f"{p}mlp.down_proj.weight", cols=inter),
+                        summed_bias(f"{p}mlp.down_proj.bias"), self.backend),
             qk_norm=qk_norm,
         )
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool,
                 ws: Workspace) -> torch.Tensor:
         """``input_ids [T]`` -> last hidden states ``[T, H]`` (before the final norm)."""
-        c = self.cfg
-        t, hq, hkv, d, eps = input_ids.shape[0], c.num_heads, c.num_kv_heads, c.head_dim, \
-            c.rms_norm_eps
+        c, tp = self.cfg, self.tp
+        # this rank's heads and columns (all of them without tensor parallelism)
+        t, hq, hkv, d, eps = input_ids.shape[0], self.shard.num_q, self.shard.num_kv, \
+            c.head_dim, c.rms_norm_eps
         qk_dim = (hq + hkv) * d
-        inter = c.intermediate_size
+        inter = self.shard.num_inter
+        # rank 0 adds the residual (and biases) into its partial sum; the others add nothing
+        keep = tp is None or tp.leader
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D], looked up once for all layers
         sin = self.sin[meta.positions].unsqueeze(1)
         half = d // 2
@@ -150,10 +180,17 @@ class DecoderForCausalLM:
             v = qkv[:, qk_dim:].view(t, hkv, d)
             kv.store(i, meta.out_slots, k, v)
             o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
-            x = layer.o(o, residual=x)
+            if tp is None:
+                x = layer.o(o, residual=x)  # [T, H]
+            else:
+                x = tp.all_reduce(layer.o(o, residual=x if keep else None))
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
-            gu = layer.gate_up(h)  # [T, 2 I]
-            x = layer.down(F.silu(gu[:, :inter]) * gu[:, inter:], residual=x)
+            gu = layer.gate_up(h)  # [T, 2 I] (I: this rank's columns)
+            if tp is None:
+                x = layer.down(F.silu(gu[:, :inter]) * gu[:, inter:], residual=x)
+            else:
+                x = tp.all_reduce(layer.down(F.silu(gu[:, :inter]) * gu[:, inter:],
+                                             residual=x if keep else None))
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
