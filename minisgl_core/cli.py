@@ -124,6 +124,12 @@ def launch(
     max_seq_len_override: Annotated[int | None, typer.Option(help="Cap the context.")] = None,
     api_key: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel ranks.")] = None,
+    tp_local_ranks: Annotated[str | None, typer.Option(
+        help="Ranks started here, e.g. 0 (the rest: `minisgl tp-worker` elsewhere).")] = None,
+    dist_addr: Annotated[str | None, typer.Option(
+        help="Address rank 0 listens on for the other ranks.")] = None,
+    dist_port: Annotated[int | None, typer.Option(
+        help="Port rank 0 listens on for the other ranks (0: any free one).")] = None,
     cache: Annotated[
         str | None, typer.Option(help="KV prefix cache: radix (reuse shared prefixes) or naive.")
     ] = None,
@@ -135,6 +141,7 @@ def launch(
         "model": model, "host": host, "port": port, "grpc_port": grpc_port, "dtype": dtype,
         "num_pages": num_pages, "page_size": page_size,
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
+        "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache,
     }
     cfg = _load(config, flags, set_)
@@ -144,6 +151,36 @@ def launch(
         raise fail(str(exc)) from None
     run = lazy_entry("minisgl_core.launcher:launch", "the service")
     raise typer.Exit(int(run(cfg, pm=_state(ctx).pm) or 0))
+
+
+def tp_worker(
+    ctx: typer.Context,
+    rank: Annotated[int, typer.Option(help="This process's rank (1..tp-1).")],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel ranks in all.")],
+    dist_addr: Annotated[str, typer.Option(help="Rank 0's host (its --dist-addr).")],
+    dist_port: Annotated[int, typer.Option(help="Rank 0's --dist-port.")],
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda (cuda:0) or cuda:N.")] = "cpu",
+    num_threads: Annotated[int | None, typer.Option(help="Torch threads.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the other ranks.")] = 300.0,
+) -> None:
+    """Run one tensor-parallel rank > 0 for a `minisgl launch --tp N` on another host."""
+    import logging
+
+    from minisgl_core.launcher import LaunchError, resolve_model
+
+    logging.basicConfig(level="INFO", format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
+    try:
+        model_dir = resolve_model(_state(ctx).pm, model)
+    except LaunchError as exc:
+        raise fail(str(exc), 1) from None
+    run = lazy_entry("minisgl_core.engine.tp_rank:run_worker", "tensor parallelism")
+    try:
+        code = run(model_dir, rank, tp, dist_addr, dist_port, device=device,
+                   num_threads=num_threads, timeout_s=timeout)
+    except (ValueError, RuntimeError) as exc:
+        raise fail(str(exc), 1) from None
+    raise typer.Exit(int(code))
 
 
 def _table(rows: list[PluginRow]) -> str:
@@ -282,6 +319,7 @@ def make_app(
     app.callback()(_root)
     app.command()(launch)
     app.command()(plugins)
+    app.command("tp-worker")(tp_worker)
     config_app = typer.Typer(no_args_is_help=True, help="Inspect the configuration.")
     config_app.command("show")(config_show)
     app.add_typer(config_app, name="config")

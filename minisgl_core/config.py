@@ -56,7 +56,10 @@ class LaunchConfig:
     max_waiting_requests: int = 1024
     num_threads: int | None = None  # torch threads of the scheduler; None = every core
     api_key: str | None = None
-    tp: int = 1
+    tp: int = 1  # tensor-parallel ranks (docs/tensor-parallel.md)
+    tp_local_ranks: str | None = None  # ranks this launch starts, e.g. "0" or "0,1"; None = all
+    dist_addr: str = "127.0.0.1"  # where rank 0 hosts the tensor-parallel group
+    dist_port: int = 0  # its port; 0 = a free one (only when every rank is local)
     cache: str = "radix"
     log_level: str = "info"
     ready_timeout_s: float = 300.0
@@ -80,7 +83,7 @@ class LaunchConfig:
             return "frontend must name at least one frontend"
         if len(set(self.frontends)) != len(self.frontends):
             return f"frontend lists a frontend twice: {', '.join(self.frontends)}"
-        for name in ("port", "grpc_port"):
+        for name in ("port", "grpc_port", "dist_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 return f"{name} must be in 0..65535, got {getattr(self, name)}"
         for name in ("num_pages", "page_size", "max_seq_len_override", "max_running_requests",
@@ -92,6 +95,9 @@ class LaunchConfig:
             if getattr(self, name) not in allowed:
                 return (f'{name} must be one of {", ".join(allowed)}, got "{getattr(self, name)}";'
                         f"{suggest(getattr(self, name), list(allowed))}")
+        problem = self._tp_problem()
+        if problem:
+            return problem
         if not self.ready_timeout_s > 0:
             return f"ready_timeout_s must be > 0, got {self.ready_timeout_s}"
         for key, name in TABLES.items():
@@ -101,6 +107,27 @@ class LaunchConfig:
             ):
                 return f"{key} must be a table of tables ([{key}.<name>])"
         return None
+
+    def _tp_problem(self) -> str | None:
+        if self.tp_local_ranks is None:
+            return None
+        try:
+            ranks = self.local_ranks()
+        except ValueError:
+            return f'tp_local_ranks must list ranks like "0" or "0,1", got "{self.tp_local_ranks}"'
+        if not ranks or ranks[0] != 0 or ranks[-1] >= self.tp or len(set(ranks)) != len(ranks):
+            return (f"tp_local_ranks must include rank 0 and name ranks below tp={self.tp} once "
+                    f'each, got "{self.tp_local_ranks}"')
+        if len(ranks) < self.tp and self.dist_port == 0:
+            return ("dist_port must be set when some ranks run elsewhere (tp_local_ranks): "
+                    "they connect to dist_addr:dist_port")
+        return None
+
+    def local_ranks(self) -> tuple[int, ...]:
+        """The tensor-parallel ranks this launch starts, sorted (all of 0..tp-1 by default)."""
+        if self.tp_local_ranks is None:
+            return tuple(range(self.tp))
+        return tuple(sorted(int(r) for r in self.tp_local_ranks.split(",") if r.strip()))
 
     def transport_table(self, name: str) -> dict[str, Any]:
         """The ``[transports.<name>]`` table (empty when absent)."""

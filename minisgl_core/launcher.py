@@ -34,6 +34,10 @@ class Worker:
 
     role: str
     handle: Any  # multiprocessing.Process | threading.Thread
+    name: str = ""  # the role, or e.g. "scheduler-rank1" for a tensor-parallel follower
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.role
 
     def alive(self) -> bool:
         return self.handle.is_alive()
@@ -42,7 +46,7 @@ class Worker:
         code = getattr(self.handle, "exitcode", None)
         pid = getattr(self.handle, "pid", None)
         how = f"exit code {code}" if code is None or code >= 0 else f"signal {-code}"
-        return f"minisgl::{self.role} (pid {pid}) died ({how})" if pid else f"{self.role} died"
+        return f"minisgl::{self.name} (pid {pid}) died ({how})" if pid else f"{self.name} died"
 
 
 @dataclass
@@ -63,7 +67,8 @@ class Service:
         """Ask every live worker to leave its loop (bounded: a push to a dead peer would block)."""
         inbox = {"tokenizer": self.endpoints.tokenizer, "scheduler": self.endpoints.scheduler,
                  "detokenizer": self.endpoints.detokenizer}
-        targets = [inbox[w.role] for w in self.workers if w.alive()]
+        # tensor-parallel followers have no inbox: rank 0 stops them when it leaves its loop
+        targets = [inbox[w.name] for w in self.workers if w.alive() and w.name in inbox]
 
         def send_all() -> None:
             for addr in targets:
@@ -116,11 +121,15 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
                                           endpoints.tokenizer, fid,
                                           max_waiting=config.max_waiting_requests)
                for fid in frontend_ids}
-    threads = config.num_threads or os.cpu_count() or 1
-    specs = [WorkerSpec(role=role, config=config, endpoints=endpoints, model_dir=model_dir,  # type: ignore[arg-type]
-                        max_context=max_context, plugin_modules=plugin_modules,
-                        num_threads=threads if role == "scheduler" else 1)
-             for role in ROLES]
+    config = _tp_config(config, transport)
+    ranks = config.local_ranks()
+    # the local ranks share the cores (at least one thread each)
+    threads = max(1, (config.num_threads or os.cpu_count() or 1) // len(ranks))
+    common = {"config": config, "endpoints": endpoints, "model_dir": model_dir,
+              "max_context": max_context, "plugin_modules": plugin_modules}
+    specs = [WorkerSpec(role=role, **common) for role in ("tokenizer", "detokenizer")]  # type: ignore[arg-type]
+    specs += [WorkerSpec(role="scheduler", num_threads=threads, tp_rank=rank, local_rank=i,
+                         **common) for i, rank in enumerate(ranks)]
     workers = _spawn(specs, transport, registries)
     service = Service(config, transport, run_dir, endpoints, workers, clients, control,
                       plugin_modules=plugin_modules)
@@ -141,9 +150,9 @@ def _spawn(specs: list[WorkerSpec], transport: Any, registries: Any) -> list[Wor
     if transport.multiprocess:
         ctx = mp.get_context("spawn")
         for spec in specs:
-            proc = ctx.Process(target=worker_main, args=(spec,), name=f"minisgl::{spec.role}")
+            proc = ctx.Process(target=worker_main, args=(spec,), name=f"minisgl::{spec.name}")
             proc.start()
-            workers.append(Worker(spec.role, proc))
+            workers.append(Worker(spec.role, proc, spec.name))
     else:
         # transformers' lazy imports are not thread-safe: resolve them before the threads start
         import transformers
@@ -153,17 +162,17 @@ def _spawn(specs: list[WorkerSpec], transport: Any, registries: Any) -> list[Wor
             thread = threading.Thread(target=run_role, args=(spec, registries, transport),
                                       name=f"minisgl::{spec.role}", daemon=True)
             thread.start()
-            workers.append(Worker(spec.role, thread))
+            workers.append(Worker(spec.role, thread, spec.name))
     return workers
 
 
 def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
-    waiting = set(ROLES)
+    waiting = {w.name for w in service.workers}
     info: dict[str, str] = {}
     deadline = time.monotonic() + timeout
     while waiting:
         for w in service.workers:
-            if w.role in waiting and not w.alive():
+            if w.name in waiting and not w.alive():
                 raise LaunchError(f"{w.describe_exit()} during setup")
         if time.monotonic() > deadline:
             raise LaunchError(f"timed out after {timeout:.0f} s waiting for: "
@@ -184,6 +193,24 @@ def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
             for client in service.clients.values():
                 client.update_metrics({**msg.gauges, **msg.counters})
     return info
+
+
+def _tp_config(config: Any, transport: Any) -> Any:
+    """Check tensor-parallel settings; pick a free dist_port when it is 0 (all ranks local)."""
+    if config.tp == 1:
+        return config
+    if not transport.multiprocess:
+        raise LaunchError(f"--tp {config.tp} needs a multi-process transport (zmq, nng), "
+                          f"not {config.transport}: each rank is a process")
+    if config.dist_port:
+        return config
+    import dataclasses
+    import socket
+
+    with socket.socket() as s:
+        s.bind((config.dist_addr, 0))
+        port = int(s.getsockname()[1])
+    return dataclasses.replace(config, dist_port=port)
 
 
 def _max_context(model_dir: str, override: int | None) -> int:

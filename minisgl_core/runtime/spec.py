@@ -31,3 +31,10 @@ class WorkerSpec:
     plugin_modules: tuple[str, ...] = ()
     num_threads: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    tp_rank: int = 0  # the scheduler's tensor-parallel rank; ranks > 0 only follow rank 0
+    local_rank: int = 0  # its index among this host's ranks (picks cuda:<local_rank>)
+
+    @property
+    def name(self) -> str:
+        """The process name: the role, with the rank for tensor-parallel followers."""
+        return self.role if self.tp_rank == 0 else f"{self.role}-rank{self.tp_rank}"

@@ -23,9 +23,9 @@ def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a spawned worker: rebuild plugins, open the transport, run the role."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher leads shutdown
-    _set_title(f"minisgl::{spec.role}")
+    _set_title(f"minisgl::{spec.name}")
     logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
-                        format=f"%(asctime)s {spec.role} %(levelname)s %(message)s")
+                        format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
     from minisgl_core.plugins import build_manager, collect
 
     registries = collect(build_manager(autoload=False, extra=list(spec.plugin_modules)))
@@ -35,7 +35,7 @@ def worker_main(spec: WorkerSpec) -> None:
         ok = run_role(spec, registries, transport)
     finally:
         transport.close()
-    log.info("%s stopped", spec.role)
+    log.info("%s stopped", spec.name)
     logging.shutdown()
     # Everything is closed; skip interpreter teardown (seconds with torch loaded).
     os._exit(0 if ok else 1)
@@ -53,9 +53,9 @@ def run_role(spec: WorkerSpec, registries: Any, transport: Any) -> bool:
         return True
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        log.error("%s failed: %s\n%s", spec.role, detail, traceback.format_exc())
+        log.error("%s failed: %s\n%s", spec.name, detail, traceback.format_exc())
         try:
-            report(Fatal(process=spec.role, pid=os.getpid(), error=detail))
+            report(Fatal(process=spec.name, pid=os.getpid(), error=detail))
         except Exception:  # noqa: BLE001 - the launcher also watches exit codes
             pass
         return False
@@ -70,8 +70,12 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
     role_name = getattr(spec.config, f"{spec.role}_role", None) or ROLE_NAMES[spec.role]
     role = registries.roles[spec.role].get(role_name)(spec)
     ep = spec.endpoints
-    ready = Ready(process=spec.role, pid=os.getpid(), info=_ready_info(role))
-    if spec.role == "tokenizer":
+    ready = Ready(process=spec.name, pid=os.getpid(), info=_ready_info(role))
+    if spec.role == "scheduler" and spec.tp_rank > 0:  # a follower: no inbox, no outbox
+        report(ready)
+        role.follow()
+        role.close()
+    elif spec.role == "tokenizer":
         inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
         report(ready)
         run_tokenizer(role, inbox, outbox)
@@ -86,6 +90,8 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
         report(ready)
         report(loop.stats())
         loop.run()
+        if hasattr(role, "close"):  # tensor parallelism: stop the follower ranks
+            role.close()
 
 
 def _ready_info(role: Any) -> dict[str, str]:
