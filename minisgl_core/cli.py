@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -180,7 +181,11 @@ def tp_worker(
                    num_threads=num_threads, timeout_s=timeout)
     except (ValueError, RuntimeError) as exc:
         raise fail(str(exc), 1) from None
-    raise typer.Exit(int(code))
+    # skip interpreter teardown: a process group whose peer is gone aborts in its destructor
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
 
 
 def _table(rows: list[PluginRow]) -> str:
