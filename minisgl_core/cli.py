@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -166,26 +165,15 @@ def tp_worker(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the other ranks.")] = 300.0,
 ) -> None:
     """Run one tensor-parallel rank > 0 for a `minisgl launch --tp N` on another host."""
-    import logging
-
     from minisgl_core.launcher import LaunchError, resolve_model
 
-    logging.basicConfig(level="INFO", format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
     try:
         model_dir = resolve_model(_state(ctx).pm, model)
     except LaunchError as exc:
         raise fail(str(exc), 1) from None
-    run = lazy_entry("minisgl_core.engine.tp_rank:run_worker", "tensor parallelism")
-    try:
-        code = run(model_dir, rank, tp, dist_addr, dist_port, device=device,
-                   num_threads=num_threads, timeout_s=timeout)
-    except (ValueError, RuntimeError) as exc:
-        raise fail(str(exc), 1) from None
-    # skip interpreter teardown: a process group whose peer is gone aborts in its destructor
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(int(code))
+    run = lazy_entry("minisgl_core.engine.tp_rank:worker_command", "tensor parallelism")
+    run(model_dir, rank, tp, dist_addr, dist_port, device=device, num_threads=num_threads,
+        timeout_s=timeout)
 
 
 def _table(rows: list[PluginRow]) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 from typing import Any
 
 import torch
@@ -90,3 +92,19 @@ def run_worker(model_dir: str, rank: int, size: int, addr: str, port: int, *,
     engine.close()
     log.info("rank %d: rank 0 stopped the group; exiting", rank)
     return 0
+
+
+def worker_command(model_dir: str, rank: int, size: int, addr: str, port: int,
+                   **options: Any) -> None:
+    """``minisgl tp-worker``'s body: log to stderr, run the rank, exit with its code."""
+    logging.basicConfig(level="INFO", format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
+    try:
+        code = run_worker(model_dir, rank, size, addr, port, **options)
+    except (ValueError, RuntimeError) as exc:
+        print(f"minisgl: error: {exc}", file=sys.stderr)
+        code = 1
+    # skip interpreter teardown: a process group whose peer is gone aborts in its destructor
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
