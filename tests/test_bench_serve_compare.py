@@ -44,6 +44,9 @@ def test_compare_writes_results(tmp_path: Path) -> None:
     md = (out / "results.md").read_text()
     assert "`minisgl bench compare --test`" in md
     rows = [line for line in md.splitlines() if line.startswith("|") and "---" not in line]
-    assert sum(row.split("|")[1].strip() == "zmq" for row in rows) == 3  # 2 levels + idle row
+    # 2 levels, the idle row and the CPU-per-token row
+    assert sum(row.split("|")[1].strip() == "zmq" for row in rows) == 4
+    cpu = svc["cpu_us_per_token"]
+    assert cpu["minisgl::scheduler"] > 0 and cpu["client"] > 0 and "launcher" in cpu
     assert sum(row.split("|")[1].strip() == "offline engine" for row in rows) == 2
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -20,6 +20,7 @@ import typer
 from minisgl_core.bench.serve import (
     Record,
     ServeResult,
+    default_requests,
     make_messages,
     markdown_table,
     run_serve,
@@ -52,27 +53,39 @@ def multiprocess_transports(names: Sequence[str] | None = None) -> list[str]:
     return out
 
 
-def idle_cpu_percent(pid: int, seconds: float = 3.0) -> float:
-    """CPU used by ``pid`` and its descendants over ``seconds``, in % of one core."""
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU seconds so far of ``pid`` (as "launcher") and each of its descendants
+    (by process title, e.g. "minisgl::scheduler"; pid-suffixed when a title repeats)."""
     import psutil
 
     root = psutil.Process(pid)
-    procs = [root, *root.children(recursive=True)]
+    out: dict[str, float] = {}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            title = "launcher" if proc.pid == pid else " ".join(proc.cmdline()[:1])
+        except psutil.Error:
+            continue
+        key = title if title not in out else f"{title}:{proc.pid}"
+        out[key] = times.user + times.system
+    return out
 
-    def cpu() -> dict[int, float]:
-        out = {}
-        for p in procs:
-            try:
-                t = p.cpu_times()
-                out[p.pid] = t.user + t.system
-            except psutil.Error:
-                continue
-        return out
 
-    before, t0 = cpu(), time.monotonic()
+def idle_cpu_percent(pid: int, seconds: float = 3.0) -> float:
+    """CPU used by ``pid`` and its descendants over ``seconds``, in % of one core."""
+    before, t0 = cpu_seconds(pid), time.monotonic()
     time.sleep(seconds)
-    after, wall = cpu(), time.monotonic() - t0
+    after, wall = cpu_seconds(pid), time.monotonic() - t0
     return 100 * sum(after[k] - before[k] for k in after.keys() & before.keys()) / wall
+
+
+def cpu_per_token(before: dict[str, float], after: dict[str, float], client_s: float,
+                  tokens: int) -> dict[str, float]:
+    """Microseconds of CPU per output token, by process, the load generator ("client") too;
+    processes that used none are left out."""
+    used = {k: after[k] - before[k] for k in after.keys() & before.keys()}
+    used["client"] = client_s
+    return {k: round(1e6 * v / max(tokens, 1), 1) for k, v in sorted(used.items()) if v > 0}
 
 
 def measure_service(model_dir: str, transport: str, concurrency: Sequence[int],
@@ -93,9 +106,13 @@ def measure_service(model_dir: str, transport: str, concurrency: Sequence[int],
         time.sleep(IDLE_SETTLE_S)
         idle_before = idle_cpu_percent(service.proc.pid)
         say(f"{transport}: ready in {startup:.1f} s, idle CPU {idle_before:.1f}% of a core")
+        cpu_before, client_before = cpu_seconds(service.proc.pid), time.process_time()
         levels = asyncio.run(run_serve(service.url, concurrency, requests, max_tokens,
                                        prompt_len=prompt_len, duration_limit_s=duration_limit_s,
                                        progress=progress))
+        cpu_us = cpu_per_token(cpu_before, cpu_seconds(service.proc.pid),
+                               time.process_time() - client_before,
+                               sum(lv.output_tokens for lv in levels))
         time.sleep(IDLE_SETTLE_S)
         idle_after = idle_cpu_percent(service.proc.pid)
         say(f"{transport}: idle CPU after the load {idle_after:.1f}% of a core")
@@ -103,13 +120,14 @@ def measure_service(model_dir: str, transport: str, concurrency: Sequence[int],
         code = service.stop()
     return {"transport": transport, "startup_s": startup, "idle_cpu_pct_before": idle_before,
             "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": load_before,
-            "levels": [r.as_dict() for r in levels]}
+            "cpu_us_per_token": cpu_us, "levels": [r.as_dict() for r in levels]}
 
 
 def offline_ceiling(model_dir: str, batch_sizes: Sequence[int], max_tokens: int,
-                    prompt_len: int | None, min_requests: int = 4) -> list[dict[str, Any]]:
-    """The offline Engine on the same chats, greedy, EOS ignored: each batch size runs whole
-    batches (at least ``min_requests`` requests) added at once; TTFT counts from the add."""
+                    prompt_len: int | None, requests: int | None = None) -> list[dict[str, Any]]:
+    """The offline Engine on the same chats as the service's level, greedy, EOS ignored: batch
+    size b runs the level's requests (``requests`` or the service default for b) as whole
+    batches of b added at once, after the same warm-up wave; TTFT counts from the add."""
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
     from minisgl_core.messages import SamplingParams
@@ -147,7 +165,7 @@ def offline_ceiling(model_dir: str, batch_sizes: Sequence[int], max_tokens: int,
         batch(range(b), min(4, max_tokens))  # warm-up
         records: list[Record] = []
         t0 = time.perf_counter()
-        for r in range(max(1, -(-min_requests // b))):
+        for r in range(-(-(requests or default_requests(b)) // b)):
             records += batch(range(r * b, (r + 1) * b), max_tokens)
         results.append(ServeResult.from_records(b, len(records), records,
                                                 time.perf_counter() - t0, max_tokens, True))
@@ -178,6 +196,11 @@ def markdown(results: dict[str, Any]) -> str:
          "machine load avg at start"),
         [[s["transport"], s["startup_s"], s["idle_cpu_pct_before"], s["idle_cpu_pct_after"],
           s.get("load_avg")] for s in results["service"]])
+    processes = sorted({k for s in results["service"] for k in s.get("cpu_us_per_token", {})})
+    cpu = markdown_table(
+        ("transport", *processes),
+        [[s["transport"], *(s.get("cpu_us_per_token", {}).get(k) for k in processes)]
+         for s in results["service"]])
     m = results["machine"]
     return "\n".join([
         f"Command: `{results['command']}`", "",
@@ -185,6 +208,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
         f"({m['processor'] or m['machine']}), {results['date']}.", "",
         markdown_table(HEADERS, rows), "", idle, "",
+        "CPU microseconds per output token, by process, over all levels (warm-ups included):",
+        "", cpu, "",
         *([f"Machine load average when the offline engine started: "
            f"{results['offline_load_avg']:.1f}.", ""] if "offline_load_avg" in results else []),
     ])
@@ -255,7 +280,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             out_dir / "logs", launch_args, progress))
     if offline:
         results["offline_load_avg"] = os.getloadavg()[0]
-        results["offline"] = offline_ceiling(model_dir, concurrency, max_tokens, prompt_len)
+        results["offline"] = offline_ceiling(model_dir, concurrency, max_tokens, prompt_len,
+                                             requests)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "results.md").write_text(markdown(results))
     plot(results, out_dir / "plot.png")

@@ -8,14 +8,14 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
-    import httpx
+    import aiohttp
 
 TOPICS = ("the history of the bicycle", "how rainbows form", "why the sky is blue",
           "the rules of chess", "how bread rises", "the life of honey bees",
@@ -122,9 +122,22 @@ def _error_text(raw: str) -> str:
         return raw[:200]
 
 
-async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Record:
+async def _sse_data(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of an event stream, as they arrive (lines of any length)."""
+    buf = b""
+    async for piece in resp.content.iter_any():
+        buf += piece
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip()
+    if buf.startswith(b"data:"):
+        yield buf[5:].strip()
+
+
+async def one_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Record:
     """Stream one chat completion; TTFT is the first chunk with text (or any chunk if none)."""
-    import httpx
+    import aiohttp
 
     start = time.perf_counter()
     first_text = first_any = math.nan
@@ -133,16 +146,13 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, Any])
     finish: str | None = None
     error = ""
     try:
-        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
-            if resp.status_code != 200:
-                raw = (await resp.aread()).decode(errors="replace")
-                error = f"HTTP {resp.status_code}: {_error_text(raw)}"
+        async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+            if resp.status != 200:
+                raw = (await resp.read()).decode(errors="replace")
+                error = f"HTTP {resp.status}: {_error_text(raw)}"
             else:
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
+                async for data in _sse_data(resp):
+                    if data == b"[DONE]":
                         break
                     chunk = json.loads(data)
                     now = time.perf_counter() - start
@@ -156,7 +166,7 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, Any])
                             text_chunks += 1
                         finish = choice.get("finish_reason") or finish
                     usage = chunk.get("usage") or usage
-    except (httpx.HTTPError, ValueError) as exc:
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         error = f"{type(exc).__name__}: {exc}"
     e2e = time.perf_counter() - start
     if not error and finish is None:
@@ -176,7 +186,7 @@ def request_body(model: str, index: int, max_tokens: int, prompt_len: int | None
             "max_tokens": max_tokens, "temperature": 0.0, **options}
 
 
-async def probe(client: httpx.AsyncClient, url: str, model: str,
+async def probe(session: aiohttp.ClientSession, url: str, model: str,
                 prompt_len: int | None) -> dict[str, Any]:
     """Warm up with one short request and find which extras the server takes: ``ignore_eos``
     and ``stream_options.include_usage``, dropped one by one on a 400."""
@@ -184,7 +194,7 @@ async def probe(client: httpx.AsyncClient, url: str, model: str,
                   {"stream_options": {"include_usage": True}}, {}]
     last = ""
     for options in candidates:
-        rec = await one_request(client, url, request_body(model, 0, 4, prompt_len, options))
+        rec = await one_request(session, url, request_body(model, 0, 4, prompt_len, options))
         if rec.ok:
             return options
         last = rec.error
@@ -193,7 +203,7 @@ async def probe(client: httpx.AsyncClient, url: str, model: str,
     raise RuntimeError(f"the warm-up request failed: {last}")
 
 
-async def run_level(client: httpx.AsyncClient, url: str, model: str, concurrency: int,
+async def run_level(session: aiohttp.ClientSession, url: str, model: str, concurrency: int,
                     requests: int, max_tokens: int, prompt_len: int | None,
                     options: dict[str, Any], duration_limit_s: float,
                     progress: bool = True) -> ServeResult:
@@ -202,7 +212,7 @@ async def run_level(client: httpx.AsyncClient, url: str, model: str, concurrency
     from tqdm import tqdm
 
     # one short wave first (not counted): the batch shapes of this level are warm when timed
-    await asyncio.gather(*(one_request(client, url, request_body(
+    await asyncio.gather(*(one_request(session, url, request_body(
         model, i, min(4, max_tokens), prompt_len, options)) for i in range(concurrency)))
     counter = itertools.count()
     records: list[Record] = []
@@ -216,7 +226,7 @@ async def run_level(client: httpx.AsyncClient, url: str, model: str, concurrency
         while (i := next(counter)) < requests and time.perf_counter() - t0 < duration_limit_s:
             started += 1
             body = request_body(model, i, max_tokens, prompt_len, options)
-            records.append(await one_request(client, url, body))
+            records.append(await one_request(session, url, body))
             bar.update(1)
 
     tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, requests))]
@@ -230,28 +240,32 @@ async def run_level(client: httpx.AsyncClient, url: str, model: str, concurrency
                                     bool(options.get("ignore_eos")))
 
 
-async def fetch_model(client: httpx.AsyncClient, url: str) -> str:
+async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
     """The first id /v1/models lists."""
-    resp = await client.get(f"{url}/v1/models")
-    resp.raise_for_status()
-    return str(resp.json()["data"][0]["id"])
+    async with session.get(f"{url}/v1/models") as resp:
+        resp.raise_for_status()
+        return str((await resp.json())["data"][0]["id"])
 
 
 async def run_serve(url: str, concurrency: Sequence[int], requests: int | None, max_tokens: int,
                     *, model: str | None = None, prompt_len: int | None = None,
                     duration_limit_s: float = 300.0, api_key: str | None = None,
                     progress: bool = True) -> list[ServeResult]:
-    """The async core: warm up, then one ServeResult per concurrency level, in order."""
-    import httpx
+    """The async core: warm up, then one ServeResult per concurrency level, in order.
+
+    aiohttp, not httpx: the client shares the machine with the server it measures, and httpx
+    spends about 4x the CPU per streamed chunk (measured: ~140 us against ~35 us)."""
+    import aiohttp
 
     url = url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    limits = httpx.Limits(max_connections=max(concurrency) + 4, max_keepalive_connections=None)
-    timeout = httpx.Timeout(GRACE_S + duration_limit_s, connect=10.0)
-    async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout) as client:
-        model = model or await fetch_model(client, url)
-        options = await probe(client, url, model, prompt_len)
-        return [await run_level(client, url, model, c, requests or default_requests(c),
+    connector = aiohttp.TCPConnector(limit=max(concurrency) + 4)
+    timeout = aiohttp.ClientTimeout(total=GRACE_S + duration_limit_s, connect=10.0)
+    async with aiohttp.ClientSession(headers=headers, connector=connector,
+                                     timeout=timeout) as session:
+        model = model or await fetch_model(session, url)
+        options = await probe(session, url, model, prompt_len)
+        return [await run_level(session, url, model, c, requests or default_requests(c),
                                 max_tokens, prompt_len, options, duration_limit_s, progress)
                 for c in concurrency]
 
@@ -320,12 +334,12 @@ def serve_command(
 ) -> None:
     """Load an OpenAI-compatible server with streaming chat requests and report latency and
     throughput per concurrency level."""
-    import httpx
+    import aiohttp
 
     try:
         results = main(url, concurrency or [1, 8, 32], requests, max_tokens, json_, model,
                        prompt_len, duration_limit, api_key)
-    except (httpx.HTTPError, RuntimeError) as exc:
+    except (aiohttp.ClientError, RuntimeError) as exc:
         typer.echo(f"minisgl: error: {url}: {exc}", err=True)
         raise typer.Exit(1) from None
     failed = sum(r["failures"] for r in results)
