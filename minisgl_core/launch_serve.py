@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from minisgl_core import codec
@@ -22,9 +24,22 @@ SUPERVISE_INTERVAL_S = 0.1
 def serve_forever(service: Any, registries: Any, pm: Any) -> int:
     """Serve until a signal or a worker's death; stop everything; return the exit code."""
     try:
-        return asyncio.run(_serve(service, registries, pm))
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return runner.run(_serve(service, registries, pm))
     finally:
         service.stop()
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when installed (a third less CPU per streamed token in the frontends than
+    asyncio's); ``MINISGL_EVENT_LOOP=asyncio`` keeps the standard one. None: asyncio's default."""
+    if os.environ.get("MINISGL_EVENT_LOOP", "").strip().lower() == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def _serve(service: Any, registries: Any, pm: Any) -> int:
