@@ -12,19 +12,14 @@ import shlex
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from minisgl_core.bench.serve import (
-    Record,
-    ServeResult,
-    default_requests,
-    make_messages,
-    markdown_table,
-    run_serve,
-)
+from minisgl_core.bench.offline import OfflineEngine
+from minisgl_core.bench.serve import markdown_table, run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
 
@@ -79,97 +74,66 @@ def idle_cpu_percent(pid: int, seconds: float = 3.0) -> float:
     return 100 * sum(after[k] - before[k] for k in after.keys() & before.keys()) / wall
 
 
-def cpu_per_token(before: dict[str, float], after: dict[str, float], client_s: float,
-                  tokens: int) -> dict[str, float]:
-    """Microseconds of CPU per output token, by process, the load generator ("client") too;
-    processes that used none are left out."""
-    used = {k: after[k] - before[k] for k in after.keys() & before.keys()}
-    used["client"] = client_s
-    return {k: round(1e6 * v / max(tokens, 1), 1) for k, v in sorted(used.items()) if v > 0}
+@dataclass
+class ServiceUnderTest:
+    """One launched service and what was measured of it so far."""
 
+    transport: str
+    service: Any  # testing.service.RunningService
+    startup_s: float
+    load_avg: float
+    idle_cpu_pct_before: float
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # by process, summed over levels
+    client_s: float = 0.0
 
-def measure_service(model_dir: str, transport: str, concurrency: Sequence[int],
-                    requests: int | None, max_tokens: int, prompt_len: int | None,
-                    duration_limit_s: float, log_dir: Path, launch_args: Sequence[str] = (),
-                    progress: bool = True) -> dict[str, Any]:
-    """Launch the service on ``transport``, sample its idle CPU before and after the load, run
-    the load, stop it."""
-    from minisgl_core.testing.service import launch_service
+    @classmethod
+    def start(cls, model_dir: str, transport: str, log_dir: Path,
+              launch_args: Sequence[str]) -> ServiceUnderTest:
+        """Launch the service on ``transport`` and sample its idle CPU."""
+        from minisgl_core.testing.service import launch_service
 
-    say(f"{transport}: starting the service")
-    load_before = os.getloadavg()[0]  # others' load on the machine: how noisy this run was
-    t0 = time.monotonic()
-    service = launch_service(model_dir, transport=transport, args=launch_args, log_dir=log_dir,
-                             timeout=600.0)
-    startup = time.monotonic() - t0
-    try:
+        say(f"{transport}: starting the service")
+        load = os.getloadavg()[0]  # others' load on the machine: how noisy this run was
+        t0 = time.monotonic()
+        service = launch_service(model_dir, transport=transport, args=launch_args,
+                                 log_dir=log_dir, timeout=600.0)
+        startup = time.monotonic() - t0
         time.sleep(IDLE_SETTLE_S)
-        idle_before = idle_cpu_percent(service.proc.pid)
-        say(f"{transport}: ready in {startup:.1f} s, idle CPU {idle_before:.1f}% of a core")
-        cpu_before, client_before = cpu_seconds(service.proc.pid), time.process_time()
-        levels = asyncio.run(run_serve(service.url, concurrency, requests, max_tokens,
-                                       prompt_len=prompt_len, duration_limit_s=duration_limit_s,
-                                       progress=progress))
-        cpu_us = cpu_per_token(cpu_before, cpu_seconds(service.proc.pid),
-                               time.process_time() - client_before,
-                               sum(lv.output_tokens for lv in levels))
-        time.sleep(IDLE_SETTLE_S)
-        idle_after = idle_cpu_percent(service.proc.pid)
-        say(f"{transport}: idle CPU after the load {idle_after:.1f}% of a core")
-    finally:
-        code = service.stop()
-    return {"transport": transport, "startup_s": startup, "idle_cpu_pct_before": idle_before,
-            "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": load_before,
-            "cpu_us_per_token": cpu_us, "levels": [r.as_dict() for r in levels]}
+        idle = idle_cpu_percent(service.proc.pid)
+        say(f"{transport}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core")
+        return cls(transport, service, startup, load, idle)
 
+    def run_level(self, concurrency: int, requests: int | None, max_tokens: int,
+                  prompt_len: int | None, duration_limit_s: float, progress: bool) -> None:
+        """One concurrency level of load, adding up the CPU each process spent on it."""
+        pid = self.service.proc.pid
+        before, client = cpu_seconds(pid), time.process_time()
+        (level,) = asyncio.run(run_serve(self.service.url, [concurrency], requests, max_tokens,
+                                         prompt_len=prompt_len,
+                                         duration_limit_s=duration_limit_s, progress=progress))
+        after = cpu_seconds(pid)
+        for k in after.keys() & before.keys():
+            self.cpu_s[k] = self.cpu_s.get(k, 0.0) + after[k] - before[k]
+        self.client_s += time.process_time() - client
+        self.levels.append(level.as_dict())
 
-def offline_ceiling(model_dir: str, batch_sizes: Sequence[int], max_tokens: int,
-                    prompt_len: int | None, requests: int | None = None) -> list[dict[str, Any]]:
-    """The offline Engine on the same chats as the service's level, greedy, EOS ignored: batch
-    size b runs the level's requests (``requests`` or the service default for b) as whole
-    batches of b added at once, after the same warm-up wave; TTFT counts from the add."""
-    from minisgl_core.engine.config import EngineConfig
-    from minisgl_core.engine.engine import Engine
-    from minisgl_core.messages import SamplingParams
-
-    # the service's scheduler takes every core (launcher: os.cpu_count()); so does this
-    engine = Engine(EngineConfig(model=model_dir, num_threads=os.cpu_count() or 1))
-    tok = engine.tokenizer
-
-    def prompt(i: int) -> list[int]:
-        text = tok.apply_chat_template(make_messages(i, prompt_len), add_generation_prompt=True,
-                                       tokenize=False)
-        return list(tok.encode(text, add_special_tokens=False))
-
-    def batch(ids: range, n_tokens: int) -> list[Record]:
-        sp = SamplingParams(max_tokens=n_tokens, temperature=0.0, ignore_eos=True)
-        start = time.perf_counter()
-        prompts = {f"b{i}": prompt(i) for i in ids}
-        for rid, p in prompts.items():
-            engine.add_request(rid, p, sp)
-        first: dict[str, float] = {}
-        records = []
-        while engine.has_work():
-            for out in engine.step():
-                now = time.perf_counter() - start
-                if out.token_ids:
-                    first.setdefault(out.request_id, now)
-                if out.finish_reason is not None:
-                    records.append(Record(True, start, first.get(out.request_id, now), now,
-                                          out.completion_tokens, out.prompt_tokens))
-        return records
-
-    results = []
-    for b in batch_sizes:
-        say(f"offline engine: batch {b}")
-        batch(range(b), min(4, max_tokens))  # warm-up
-        records: list[Record] = []
-        t0 = time.perf_counter()
-        for r in range(-(-(requests or default_requests(b)) // b)):
-            records += batch(range(r * b, (r + 1) * b), max_tokens)
-        results.append(ServeResult.from_records(b, len(records), records,
-                                                time.perf_counter() - t0, max_tokens, True))
-    return [r.as_dict() for r in results]
+    def finish(self) -> dict[str, Any]:
+        """Sample the idle CPU after the load, stop the service, return its results."""
+        try:
+            time.sleep(IDLE_SETTLE_S)
+            idle_after = idle_cpu_percent(self.service.proc.pid)
+            say(f"{self.transport}: idle CPU after the load {idle_after:.1f}% of a core")
+        finally:
+            code = self.service.stop()
+        tokens = sum(lv["output_tokens"] for lv in self.levels)
+        used = {**self.cpu_s, "client": self.client_s}
+        cpu_us = {k: round(1e6 * v / max(tokens, 1), 1) for k, v in sorted(used.items())
+                  if v > 0}
+        return {"transport": self.transport, "startup_s": self.startup_s,
+                "idle_cpu_pct_before": self.idle_cpu_pct_before,
+                "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": self.load_avg,
+                "cpu_us_per_token": cpu_us, "levels": self.levels}
 
 
 HEADERS = ("engine", "concurrency", "out tok/s", "% of offline", "req/s", "TTFT p50 ms",
@@ -210,8 +174,6 @@ def markdown(results: dict[str, Any]) -> str:
         markdown_table(HEADERS, rows), "", idle, "",
         "CPU microseconds per output token, by process, over all levels (warm-ups included):",
         "", cpu, "",
-        *([f"Machine load average when the offline engine started: "
-           f"{results['offline_load_avg']:.1f}.", ""] if "offline_load_avg" in results else []),
     ])
 
 
@@ -274,14 +236,22 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                     "processor": platform.processor(), "python": platform.python_version()},
         "service": [], "offline": [],
     }
-    for name in names:
-        results["service"].append(measure_service(
-            model_dir, name, concurrency, requests, max_tokens, prompt_len, duration_limit_s,
-            out_dir / "logs", launch_args, progress))
-    if offline:
-        results["offline_load_avg"] = os.getloadavg()[0]
-        results["offline"] = offline_ceiling(model_dir, concurrency, max_tokens, prompt_len,
-                                             requests)
+    # Every service is up at once (idle, each costs ~0.3% of a core), and each level runs on
+    # the offline engine and then on every transport back to back: the machine's speed drifts
+    # over minutes, so the figures compared with each other are taken minutes apart at most.
+    running: list[ServiceUnderTest] = []
+    try:
+        for name in names:
+            running.append(ServiceUnderTest.start(model_dir, name, out_dir / "logs",
+                                                  launch_args))
+        ceiling = OfflineEngine(model_dir, prompt_len) if offline else None
+        for c in concurrency:
+            if ceiling is not None:
+                results["offline"].append(ceiling.measure(c, max_tokens, requests))
+            for svc in running:
+                svc.run_level(c, requests, max_tokens, prompt_len, duration_limit_s, progress)
+    finally:
+        results["service"] = [svc.finish() for svc in running]
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "results.md").write_text(markdown(results))
     plot(results, out_dir / "plot.png")

@@ -1,0 +1,60 @@
+"""The offline engine as the ceiling of `minisgl bench compare`: the same chats as the service's
+load, run in-process with no server in between."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from minisgl_core.bench.serve import Record, ServeResult, default_requests, make_messages
+
+
+class OfflineEngine:
+    """The offline Engine, in this process, on the same chats as the service (greedy, EOS
+    ignored, same chat template); it takes every core, as the service's scheduler does."""
+
+    def __init__(self, model_dir: str, prompt_len: int | None) -> None:
+        from minisgl_core.engine.config import EngineConfig
+        from minisgl_core.engine.engine import Engine
+
+        self.engine = Engine(EngineConfig(model=model_dir, num_threads=os.cpu_count() or 1))
+        self.prompt_len = prompt_len
+
+    def _prompt(self, i: int) -> list[int]:
+        tok = self.engine.tokenizer
+        text = tok.apply_chat_template(make_messages(i, self.prompt_len),
+                                       add_generation_prompt=True, tokenize=False)
+        return list(tok.encode(text, add_special_tokens=False))
+
+    def _batch(self, ids: range, n_tokens: int) -> list[Record]:
+        from minisgl_core.messages import SamplingParams
+
+        sp = SamplingParams(max_tokens=n_tokens, temperature=0.0, ignore_eos=True)
+        start = time.perf_counter()
+        for i in ids:
+            self.engine.add_request(f"b{i}", self._prompt(i), sp)
+        first: dict[str, float] = {}
+        records = []
+        while self.engine.has_work():
+            for out in self.engine.step():
+                now = time.perf_counter() - start
+                if out.token_ids:
+                    first.setdefault(out.request_id, now)
+                if out.finish_reason is not None:
+                    records.append(Record(True, start, first.get(out.request_id, now), now,
+                                          out.completion_tokens, out.prompt_tokens))
+        return records
+
+    def measure(self, batch: int, max_tokens: int, requests: int | None) -> dict[str, Any]:
+        """Batch size ``batch`` on the level's requests (``requests`` or the service default),
+        as whole batches added at once, after the same warm-up wave; TTFT counts from the add."""
+        print(f"bench compare: offline engine: batch {batch}", file=sys.stderr, flush=True)
+        self._batch(range(batch), min(4, max_tokens))  # warm-up
+        records: list[Record] = []
+        t0 = time.perf_counter()
+        for r in range(-(-(requests or default_requests(batch)) // batch)):
+            records += self._batch(range(r * batch, (r + 1) * batch), max_tokens)
+        return ServeResult.from_records(batch, len(records), records, time.perf_counter() - t0,
+                                        max_tokens, True).as_dict()
