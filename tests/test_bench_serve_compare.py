@@ -29,7 +29,7 @@ def test_compare_writes_results(tmp_path: Path) -> None:
     out = tmp_path / "results"
     args = ["-s", "num_pages=64", "-s", "max_seq_len_override=256"]
     results = compare.main(["zmq"], [1, 2], 4, 4, str(model), out, launch_args=args,
-                           command="minisgl bench compare --test", progress=False)
+                           command="minisgl bench compare --test", progress=False, repeat=2)
     assert json.loads((out / "results.json").read_text()) == results
     (svc,) = results["service"]
     assert svc["transport"] == "zmq" and svc["exit_code"] == 0
@@ -46,6 +46,10 @@ def test_compare_writes_results(tmp_path: Path) -> None:
     rows = [line for line in md.splitlines() if line.startswith("|") and "---" not in line]
     # 2 levels, the idle row and the CPU-per-token row
     assert sum(row.split("|")[1].strip() == "zmq" for row in rows) == 4
+    # each level ran twice per engine; the reported one is one of those runs
+    assert [len(runs) for runs in svc["runs"]] == [2, 2]
+    assert all(lv in runs for lv, runs in zip(svc["levels"], svc["runs"], strict=True))
+    assert [len(runs) for runs in results["offline_runs"]] == [2, 2]
     cpu = svc["cpu_us_per_token"]
     assert cpu["minisgl::scheduler"] > 0 and cpu["client"] > 0 and "launcher" in cpu
     assert sum(row.split("|")[1].strip() == "offline engine" for row in rows) == 2

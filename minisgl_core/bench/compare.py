@@ -83,8 +83,8 @@ class ServiceUnderTest:
     startup_s: float
     load_avg: float
     idle_cpu_pct_before: float
-    levels: list[dict[str, Any]] = field(default_factory=list)
-    cpu_s: dict[str, float] = field(default_factory=dict)  # by process, summed over levels
+    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # concurrency -> runs
+    cpu_s: dict[str, float] = field(default_factory=dict)  # by process, summed over all runs
     client_s: float = 0.0
 
     @classmethod
@@ -116,7 +116,7 @@ class ServiceUnderTest:
         for k in after.keys() & before.keys():
             self.cpu_s[k] = self.cpu_s.get(k, 0.0) + after[k] - before[k]
         self.client_s += time.process_time() - client
-        self.levels.append(level.as_dict())
+        self.runs.setdefault(concurrency, []).append(level.as_dict())
 
     def finish(self) -> dict[str, Any]:
         """Sample the idle CPU after the load, stop the service, return its results."""
@@ -126,14 +126,22 @@ class ServiceUnderTest:
             say(f"{self.transport}: idle CPU after the load {idle_after:.1f}% of a core")
         finally:
             code = self.service.stop()
-        tokens = sum(lv["output_tokens"] for lv in self.levels)
+        tokens = sum(run["output_tokens"] for runs in self.runs.values() for run in runs)
         used = {**self.cpu_s, "client": self.client_s}
         cpu_us = {k: round(1e6 * v / max(tokens, 1), 1) for k, v in sorted(used.items())
                   if v > 0}
         return {"transport": self.transport, "startup_s": self.startup_s,
                 "idle_cpu_pct_before": self.idle_cpu_pct_before,
                 "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": self.load_avg,
-                "cpu_us_per_token": cpu_us, "levels": self.levels}
+                "cpu_us_per_token": cpu_us, "levels": [median_run(r) for r in self.runs.values()],
+                "runs": list(self.runs.values())}
+
+
+def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Of a level's repeated runs, the one with the median output tokens/s (the lower middle
+    one for an even count)."""
+    ranked = sorted(runs, key=lambda r: r["output_tok_s"])
+    return ranked[(len(ranked) - 1) // 2]
 
 
 HEADERS = ("engine", "concurrency", "out tok/s", "% of offline", "req/s", "TTFT p50 ms",
@@ -170,7 +178,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`", "",
         f"Model {results['model']}, {results['max_tokens']} output tokens per request (EOS "
         f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
-        f"({m['processor'] or m['machine']}), {results['date']}.", "",
+        f"({m['processor'] or m['machine']}), {results['date']}. Each level ran "
+        f"{results.get('repeat', 1)} time(s) per engine, interleaved; the median run is shown.",
+        "",
         markdown_table(HEADERS, rows), "", idle, "",
         "CPU microseconds per output token, by process, over all levels (warm-ups included):",
         "", cpu, "",
@@ -214,11 +224,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main(transports: list[str] | None, concurrency: list[int], requests: int | None,
          max_tokens: int, model: str | None, out_dir: Path, prompt_len: int | None = None,
          duration_limit_s: float = 300.0, offline: bool = True, launch_args: Sequence[str] = (),
-         command: str = "minisgl bench compare", progress: bool = True) -> dict[str, Any]:
+         command: str = "minisgl bench compare", progress: bool = True,
+         repeat: int = 1) -> dict[str, Any]:
     """Run everything, write results.json, results.md and plot.png into ``out_dir``."""
     from minisgl_core.launcher import resolve_model
     from minisgl_core.plugins import build_manager
 
+    if repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, got {repeat}")
     names = multiprocess_transports(transports)
     if not names:
         raise ValueError("no multi-process transport is installed")
@@ -234,7 +247,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "machine": platform.machine(),
                     "processor": platform.processor(), "python": platform.python_version()},
-        "service": [], "offline": [],
+        "repeat": repeat, "service": [], "offline": [], "offline_runs": [],
     }
     # Every service is up at once (idle, each costs ~0.3% of a core), and each level runs on
     # the offline engine and then on every transport back to back: the machine's speed drifts
@@ -246,10 +259,16 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                                                   launch_args))
         ceiling = OfflineEngine(model_dir, prompt_len) if offline else None
         for c in concurrency:
-            if ceiling is not None:
-                results["offline"].append(ceiling.measure(c, max_tokens, requests))
-            for svc in running:
-                svc.run_level(c, requests, max_tokens, prompt_len, duration_limit_s, progress)
+            offline_runs = []
+            for _ in range(repeat):
+                if ceiling is not None:
+                    offline_runs.append(ceiling.measure(c, max_tokens, requests))
+                for svc in running:
+                    svc.run_level(c, requests, max_tokens, prompt_len, duration_limit_s,
+                                  progress)
+            if offline_runs:
+                results["offline"].append(median_run(offline_runs))
+                results["offline_runs"].append(offline_runs)
     finally:
         results["service"] = [svc.finish() for svc in running]
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -273,6 +292,8 @@ def compare_command(
     duration_limit: Annotated[float, typer.Option(
         help="Seconds per level after which no new request starts.")] = 300.0,
     offline: Annotated[bool, typer.Option(help="Measure the offline engine too.")] = True,
+    repeat: Annotated[int, typer.Option(
+        help="Runs of each level per engine, interleaved; the median run is reported.")] = 1,
     set_: Annotated[list[str] | None, typer.Option(
         "-s", "--set", metavar="KEY=VALUE", help="Passed to every `minisgl launch`.")] = None,
 ) -> None:
@@ -282,6 +303,7 @@ def compare_command(
     argv += [f"--concurrency={c}" for c in concurrency or []]
     for flag, value, default in (("requests", requests, None), ("max-tokens", max_tokens, 64),
                                  ("model", model, None), ("prompt-len", prompt_len, None),
+                                 ("repeat", repeat, 1),
                                  ("out", out, Path("results/compare"))):
         if value != default:
             argv.append(f"--{flag}={value}")
@@ -291,7 +313,7 @@ def compare_command(
     try:
         main(transport or None, concurrency or [1, 8, 32], requests, max_tokens, model, out,
              prompt_len, duration_limit, offline, launch_args,
-             command=shlex.join(["minisgl", "bench", "compare", *argv]))
+             command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat)
     except (ValueError, LookupError, RuntimeError) as exc:
         typer.echo(f"minisgl: error: {exc}", err=True)
         raise typer.Exit(1) from None
