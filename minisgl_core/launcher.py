@@ -173,7 +173,8 @@ def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
     while waiting:
         for w in service.workers:
             if w.name in waiting and not w.alive():
-                raise LaunchError(f"{w.describe_exit()} during setup")
+                raise LaunchError(_pending_fatal(service)
+                                  or f"{w.describe_exit()} during setup")
         if time.monotonic() > deadline:
             raise LaunchError(f"timed out after {timeout:.0f} s waiting for: "
                               + ", ".join(sorted(waiting)))
@@ -185,7 +186,7 @@ def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
             log.warning("launcher dropped a malformed control message: %s", exc)
             continue
         if isinstance(msg, Fatal):
-            raise LaunchError(f"minisgl::{msg.process} (pid {msg.pid}) failed: {msg.error}")
+            raise LaunchError(_fatal_text(msg))
         if isinstance(msg, Ready):
             waiting.discard(msg.process)
             info.update(msg.info)
@@ -193,6 +194,23 @@ def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
             for client in service.clients.values():
                 client.update_metrics({**msg.gauges, **msg.counters})
     return info
+
+
+def _pending_fatal(service: Service) -> str | None:
+    """The error of a Fatal already waiting on the control channel: a worker that failed says
+    why before it exits, and that beats "it died" when its exit is seen first."""
+    while (data := service.control.recv_nowait()) is not None:
+        try:
+            msg = codec.decode_control(data)
+        except codec.DecodeError:
+            continue
+        if isinstance(msg, Fatal):
+            return _fatal_text(msg)
+    return None
+
+
+def _fatal_text(msg: Fatal) -> str:
+    return f"minisgl::{msg.process} (pid {msg.pid}) failed: {msg.error}"
 
 
 def _tp_config(config: Any, transport: Any) -> Any:

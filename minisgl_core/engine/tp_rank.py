@@ -81,6 +81,10 @@ def run_worker(model_dir: str, rank: int, size: int, addr: str, port: int, *,
     """``minisgl tp-worker``: be rank ``rank`` until rank 0 stops; the exit code."""
     if rank < 1:
         raise ValueError("tp-worker runs ranks 1..tp-1; rank 0 is `minisgl launch`")
+    from minisgl_core.engine.models import use_registry
+    from minisgl_core.plugins import build_manager, collect
+
+    use_registry(collect(build_manager()).models)  # the same plugin models as rank 0's host
     engine = start_rank(EngineConfig(model=model_dir, device=local_device(device, 0),
                                      num_threads=num_threads),
                         rank, size, addr, port, timeout_s)

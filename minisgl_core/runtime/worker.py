@@ -67,6 +67,10 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
     from minisgl_core.runtime.scheduler import SchedulerLoop
     from minisgl_core.runtime.text_loops import run_detokenizer, run_tokenizer
 
+    if spec.role == "scheduler":  # models registered by plugins (minisgl_register_models)
+        from minisgl_core.engine.models import use_registry
+
+        use_registry(registries.models)
     role_name = getattr(spec.config, f"{spec.role}_role", None) or ROLE_NAMES[spec.role]
     role = registries.roles[spec.role].get(role_name)(spec)
     ep = spec.endpoints
