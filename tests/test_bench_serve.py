@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from minisgl_core.bench import serve
+from minisgl_core.bench import results, serve
 from minisgl_core.testing.service import RunningService, free_port, launch_service
 
 SERVICE_ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
@@ -103,8 +103,8 @@ def test_percentile_matches_numpy() -> None:
     values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, float("nan")]
     finite = [v for v in values if not math.isnan(v)]
     for q in (0, 50, 90, 99, 100):
-        assert serve.percentile(values, q) == pytest.approx(np.percentile(finite, q))
-    assert math.isnan(serve.percentile([], 50))
+        assert results.percentile(values, q) == pytest.approx(np.percentile(finite, q))
+    assert math.isnan(results.percentile([], 50))
 
 
 # ---- a minimal OpenAI-style server: refuses ignore_eos, streams without usage ----------------

@@ -18,8 +18,9 @@ from typing import Annotated, Any
 
 import typer
 
+from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.offline import OfflineEngine
-from minisgl_core.bench.serve import markdown_table, run_serve
+from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
 
@@ -142,83 +143,6 @@ def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     one for an even count)."""
     ranked = sorted(runs, key=lambda r: r["output_tok_s"])
     return ranked[(len(ranked) - 1) // 2]
-
-
-HEADERS = ("engine", "concurrency", "out tok/s", "% of offline", "req/s", "TTFT p50 ms",
-           "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", "E2E p99 ms", "failures")
-
-
-def markdown(results: dict[str, Any]) -> str:
-    """results.md: how it was run, the table, and each transport's start time and idle CPU."""
-    ceiling = {lv["concurrency"]: lv["output_tok_s"] for lv in results["offline"]}
-    rows: list[list[object]] = []
-    for svc in results["service"]:
-        for lv in svc["levels"]:
-            c = ceiling.get(lv["concurrency"])
-            pct = 100 * lv["output_tok_s"] / c if c else None
-            rows.append([svc["transport"], lv["concurrency"], lv["output_tok_s"], pct,
-                         lv["req_s"], lv["ttft_p50_ms"], lv["ttft_p99_ms"], lv["tpot_p50_ms"],
-                         lv["tpot_p99_ms"], lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
-    for lv in results["offline"]:
-        rows.append(["offline engine", lv["concurrency"], lv["output_tok_s"], 100.0, lv["req_s"],
-                     lv["ttft_p50_ms"], lv["ttft_p99_ms"], lv["tpot_p50_ms"], lv["tpot_p99_ms"],
-                     lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
-    idle = markdown_table(
-        ("transport", "start s", "idle CPU % (before load)", "idle CPU % (after load)",
-         "machine load avg at start"),
-        [[s["transport"], s["startup_s"], s["idle_cpu_pct_before"], s["idle_cpu_pct_after"],
-          s.get("load_avg")] for s in results["service"]])
-    processes = sorted({k for s in results["service"] for k in s.get("cpu_us_per_token", {})})
-    cpu = markdown_table(
-        ("transport", *processes),
-        [[s["transport"], *(s.get("cpu_us_per_token", {}).get(k) for k in processes)]
-         for s in results["service"]])
-    m = results["machine"]
-    return "\n".join([
-        f"Command: `{results['command']}`", "",
-        f"Model {results['model']}, {results['max_tokens']} output tokens per request (EOS "
-        f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
-        f"({m['processor'] or m['machine']}), {results['date']}. Each level ran "
-        f"{results.get('repeat', 1)} time(s) per engine, interleaved; the median run is shown.",
-        "",
-        markdown_table(HEADERS, rows), "", idle, "",
-        "CPU microseconds per output token, by process, over all levels (warm-ups included):",
-        "", cpu, "",
-    ])
-
-
-def plot(results: dict[str, Any], path: Path) -> None:
-    """Output tokens/s and TTFT p50 against concurrency; one line per transport, offline dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    fig, (tput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
-    lines = [(s["transport"], s["levels"], {"marker": "o"}) for s in results["service"]]
-    if results["offline"]:
-        lines.append(("offline engine", results["offline"],
-                      {"linestyle": "--", "color": "black", "marker": "x"}))
-    for label, levels, style in lines:
-        xs = [lv["concurrency"] for lv in levels]
-        tput.plot(xs, [lv["output_tok_s"] for lv in levels], label=label, **style)
-        ttft.plot(xs, [lv["ttft_p50_ms"] for lv in levels], label=label, **style)
-    for ax, title in ((tput, "output tokens/s"), (ttft, "TTFT p50 (ms)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(results["concurrency"], [str(c) for c in results["concurrency"]])
-        ax.set_xlabel("concurrency (offline: batch size)")
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    ttft.set_yscale("log")
-    ttft.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    ttft.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ttft.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    fig.suptitle(f"minisgl serving: {results['model']}, {results['max_tokens']} tokens/request")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(transports: list[str] | None, concurrency: list[int], requests: int | None,

@@ -8,7 +8,8 @@ import sys
 import time
 from typing import Any
 
-from minisgl_core.bench.serve import Record, ServeResult, default_requests, make_messages
+from minisgl_core.bench.results import Record, ServeResult
+from minisgl_core.bench.serve import default_requests, make_messages
 
 
 class OfflineEngine:
