@@ -176,3 +176,31 @@ def test_bad_requests_get_openai_errors(service: RunningService) -> None:
 @pytest.mark.parametrize("path", ["/health", "/metrics"])
 def test_health_and_metrics_answer(service: RunningService, path: str) -> None:
     assert httpx.get(f"{service.url}{path}", timeout=5).status_code == 200
+
+
+def test_return_token_ids(service: RunningService, tiny_model: str) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    body = {"model": service.model_name(), "prompt": "Once upon a time", "max_tokens": 12,
+            "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    full = httpx.post(f"{service.url}/v1/completions", json=body, timeout=60).json()
+    (choice,) = full["choices"]
+    ids = choice["token_ids"]
+    assert len(ids) == full["usage"]["completion_tokens"] == 12
+    assert tok.decode(ids) == choice["text"]
+    streamed: list[int] = []
+    with httpx.stream("POST", f"{service.url}/v1/completions", json={**body, "stream": True},
+                      timeout=60) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                for c in json.loads(line[6:])["choices"]:
+                    streamed += c.get("token_ids", [])
+    assert streamed == ids
+    chat = httpx.post(f"{service.url}/v1/chat/completions", timeout=60, json={
+        "model": body["model"], "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 5, "ignore_eos": True, "return_token_ids": True}).json()
+    assert len(chat["choices"][0]["token_ids"]) == 5
+    plain = httpx.post(f"{service.url}/v1/completions", timeout=60,
+                       json={**body, "return_token_ids": False}).json()
+    assert "token_ids" not in plain["choices"][0] and plain["choices"][0]["text"] == choice["text"]

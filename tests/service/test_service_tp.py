@@ -1,4 +1,4 @@
-"""`--tp 2` through the OpenAI frontend: the same greedy completions as `--tp 1`, a rank started
+"""`--tp 2` through the OpenAI frontend: the same greedy tokens as `--tp 1`, a rank started
 separately with `minisgl tp-worker` (the multi-host path, on 127.0.0.1), clear failures."""
 
 from __future__ import annotations
@@ -26,20 +26,26 @@ def qwen2_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen2", "qwen2"))
 
 
-def answers(svc: RunningService) -> list[tuple[str, int, list[str]]]:
-    """Greedy text and token count of every prompt (one batch), and one streamed chat's chunks."""
+def answers(svc: RunningService) -> list[tuple[str, list[int], list[str]]]:
+    """Greedy text and token ids of every prompt (one batch), and one streamed chat's chunks."""
     client = OpenAI(base_url=f"{svc.url}/v1", api_key="none")
     model = svc.model_name()
     comp = client.completions.create(model=model, prompt=PROMPTS, max_tokens=24, temperature=0,
-                                     extra_body={"ignore_eos": True})
-    out = [(c.text, 24, []) for c in sorted(comp.choices, key=lambda c: c.index)]
-    assert comp.usage is not None and comp.usage.completion_tokens == 24 * len(PROMPTS)
+                                     extra_body={"ignore_eos": True, "return_token_ids": True})
+    out = [(c.text, list(c.model_extra["token_ids"]), [])  # type: ignore[index]
+           for c in sorted(comp.choices, key=lambda c: c.index)]
+    assert all(len(ids) == 24 for _, ids, _ in out)
     stream = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "Once upon a time"}], max_tokens=16,
         temperature=0, stream=True, stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True})
-    chunks = [c.choices[0].delta.content or "" for c in stream if c.choices]
-    out.append(("".join(chunks), 16, chunks))
+        extra_body={"ignore_eos": True, "return_token_ids": True})
+    chunks, ids = [], []
+    for c in stream:
+        for choice in c.choices:
+            chunks.append(choice.delta.content or "")
+            ids += (choice.model_extra or {}).get("token_ids", [])
+    assert len(ids) == 16
+    out.append(("".join(chunks), ids, chunks))
     return out
 
 

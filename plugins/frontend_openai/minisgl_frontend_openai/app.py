@@ -142,7 +142,8 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
                             sampling=for_choice(sampling, j), messages=messages, arrival_time=now)
             for j in range(req.choices_per_prompt)]
         fmt = ChatFormat(response_id=f"chatcmpl-{rid}", model=model, created=int(now),
-                         include_usage=req.include_usage)
+                         include_usage=req.include_usage,
+                         return_token_ids=bool(req.return_token_ids))
         return await _answer(request, engine_requests, fmt, req.choices_per_prompt,
                              bool(req.stream))
 
@@ -164,7 +165,8 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
                     sampling=for_choice(sampling, j), prompt=text, token_ids=ids,
                     arrival_time=now))
         fmt = CompletionFormat(response_id=f"cmpl-{rid}", model=model, created=int(now),
-                               include_usage=req.include_usage)
+                               include_usage=req.include_usage,
+                               return_token_ids=bool(req.return_token_ids))
         return await _answer(request, engine_requests, fmt, n, bool(req.stream))
 
     async def _answer(request: Request, engine_requests: Sequence[GenerateRequest],
@@ -218,10 +220,12 @@ async def _stream_body(gen: Generation, fmt: CompletionFormat, n: int) -> AsyncI
         for chunk in fmt.first_chunks(n):
             yield frame(chunk)
         async for index, delta in gen.events():
+            ids = delta.token_ids
             if delta.text:
-                yield frame(fmt.text_chunk(index, delta.text))
+                yield frame(fmt.text_chunk(index, delta.text, ids))
+                ids = ()
             if delta.finish_reason is not None:
-                yield frame(fmt.final_chunk(index, delta.finish_reason))
+                yield frame(fmt.final_chunk(index, delta.finish_reason, ids))
         if fmt.include_usage:
             yield frame(fmt.usage_chunk(gen.usage()))
     except APIError as err:

@@ -29,6 +29,7 @@ class ChoiceState:
     """What one choice has produced so far."""
 
     text: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -95,6 +96,7 @@ class Generation:
             assert isinstance(delta, TextDelta)
             state = self.choices[index]
             state.text.append(delta.text)
+            state.token_ids.extend(delta.token_ids)
             if delta.finish_reason is not None:
                 state.finish_reason = delta.finish_reason
                 state.prompt_tokens = delta.prompt_tokens

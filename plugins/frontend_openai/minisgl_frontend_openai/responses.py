@@ -9,17 +9,27 @@ from minisgl_frontend_openai.generation import ChoiceState, Usage
 
 
 class CompletionFormat:
-    """``text_completion`` objects: one for the whole answer, or one per stream chunk."""
+    """``text_completion`` objects: one for the whole answer, or one per stream chunk.
+
+    With ``return_token_ids`` (as vLLM spells it) every choice, and every stream chunk that
+    carries new tokens, has ``token_ids``: the generated ids (EOS included), in order.
+    """
 
     object_name = "text_completion"
     chunk_object_name = "text_completion"
 
     def __init__(self, *, response_id: str, model: str, created: int,
-                 include_usage: bool) -> None:
+                 include_usage: bool, return_token_ids: bool = False) -> None:
         self.response_id = response_id
         self.model = model
         self.created = created
         self.include_usage = include_usage
+        self.return_token_ids = return_token_ids
+
+    def _with_ids(self, choice: dict[str, Any], token_ids: Sequence[int]) -> dict[str, Any]:
+        if self.return_token_ids:
+            choice["token_ids"] = list(token_ids)
+        return choice
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         out = {"id": self.response_id, "object": obj, "created": self.created,
@@ -35,13 +45,16 @@ class CompletionFormat:
         """Chunks sent before any text (none for text completions)."""
         return []
 
-    def text_chunk(self, index: int, text: str) -> dict[str, Any]:
-        """A non-final chunk with new text (``finish_reason: null``)."""
-        return self._envelope(self.chunk_object_name, [self._chunk_choice(index, text, None)])
+    def text_chunk(self, index: int, text: str, token_ids: Sequence[int] = ()) -> dict[str, Any]:
+        """A non-final chunk with new text (``finish_reason: null``) and the ids behind it."""
+        choice = self._with_ids(self._chunk_choice(index, text, None), token_ids)
+        return self._envelope(self.chunk_object_name, [choice])
 
-    def final_chunk(self, index: int, reason: str) -> dict[str, Any]:
-        """The one chunk per choice that carries its finish reason."""
-        return self._envelope(self.chunk_object_name, [self._final_choice(index, reason)])
+    def final_chunk(self, index: int, reason: str,
+                    token_ids: Sequence[int] = ()) -> dict[str, Any]:
+        """The one chunk per choice that carries its finish reason (and ids not sent yet)."""
+        choice = self._with_ids(self._final_choice(index, reason), token_ids)
+        return self._envelope(self.chunk_object_name, [choice])
 
     def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
         return self._chunk_choice(index, "", reason)
@@ -54,8 +67,9 @@ class CompletionFormat:
 
     def full(self, choices: Sequence[ChoiceState], usage: Usage) -> dict[str, Any]:
         """The non-streaming response."""
-        out = self._envelope(self.object_name,
-                             [self._full_choice(i, c) for i, c in enumerate(choices)])
+        out = self._envelope(self.object_name, [self._with_ids(self._full_choice(i, c),
+                                                               c.token_ids)
+                                                for i, c in enumerate(choices)])
         out["usage"] = usage.as_dict()
         return out
 

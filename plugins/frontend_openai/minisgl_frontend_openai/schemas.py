@@ -95,6 +95,7 @@ class _GenerationRequest(_Strict):
     repetition_penalty: float | None = None
     ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None
+    return_token_ids: bool | None = None  # vLLM's extension: each choice's generated ids
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
