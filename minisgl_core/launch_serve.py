@@ -107,7 +107,7 @@ async def _relay_control(service: Any, failure: list[str], stop: asyncio.Event) 
             for client in service.clients.values():
                 client.update_metrics(values)
         elif isinstance(msg, Fatal):
-            failure.append(f"minisgl::{msg.process} (pid {msg.pid}) failed: {msg.error}")
+            failure.append(msg.describe())
             stop.set()
 
 

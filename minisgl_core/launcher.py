@@ -186,7 +186,7 @@ def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
             log.warning("launcher dropped a malformed control message: %s", exc)
             continue
         if isinstance(msg, Fatal):
-            raise LaunchError(_fatal_text(msg))
+            raise LaunchError(msg.describe())
         if isinstance(msg, Ready):
             waiting.discard(msg.process)
             info.update(msg.info)
@@ -205,12 +205,8 @@ def _pending_fatal(service: Service) -> str | None:
         except codec.DecodeError:
             continue
         if isinstance(msg, Fatal):
-            return _fatal_text(msg)
+            return msg.describe()
     return None
-
-
-def _fatal_text(msg: Fatal) -> str:
-    return f"minisgl::{msg.process} (pid {msg.pid}) failed: {msg.error}"
 
 
 def _tp_config(config: Any, transport: Any) -> Any:

@@ -204,6 +204,10 @@ class Fatal(msgspec.Struct, frozen=True, tag="fatal"):
     pid: int
     error: str
 
+    def describe(self) -> str:
+        """One line for logs and launch errors, naming the process."""
+        return f"minisgl::{self.process} (pid {self.pid}) failed: {self.error}"
+
 
 class Stats(msgspec.Struct, frozen=True, tag="stats"):
     """Counters and gauges a worker reports for /metrics (name -> value)."""
