@@ -156,6 +156,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
 
     if repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {repeat}")
+    concurrency = list(dict.fromkeys(concurrency))  # one level per value, in the order given
     names = multiprocess_transports(transports)
     if not names:
         raise ValueError("no multi-process transport is installed")
