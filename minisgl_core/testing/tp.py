@@ -1,12 +1,13 @@
-"""Run greedy generation on N tensor-parallel ranks in spawned processes (tests, figures)."""
+"""Run functions on N tensor-parallel ranks in spawned processes (tests, figures)."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from minisgl_core.testing.service import free_port
@@ -18,10 +19,10 @@ def _generate(engine: Any, prompts: Sequence[Sequence[int]],
     from minisgl_core.messages import SamplingParams
 
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), prompt, sp)
-    out: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
     start = time.perf_counter()
+    for i, p in enumerate(prompts):
+        engine.add_request(str(i), p, sp)
+    out: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
     while engine.has_work():
         for o in engine.step():
             out[o.request_id].extend(o.token_ids)
@@ -37,44 +38,86 @@ def generate(model: str, prompts: Sequence[Sequence[int]], max_tokens: int,
     return _generate(Engine(EngineConfig(model=model, **options)), prompts, max_tokens)
 
 
-def _rank_main(rank: int, size: int, port: int, model: str, prompts: list[list[int]],
-               max_tokens: int, options: dict[str, Any], results: Any) -> None:
+def _rank_main(fn: Callable[..., Any], rank: int, size: int, port: int, args: tuple[Any, ...],
+               results: Any) -> None:
     try:
-        from minisgl_core.engine.config import EngineConfig
-        from minisgl_core.engine.tp_rank import start_rank
-
-        engine = start_rank(EngineConfig(model=model, **options), rank, size, "127.0.0.1", port,
-                            timeout_s=60)
-        if rank == 0:
-            results.put(("ok", _generate(engine, prompts, max_tokens)))
-        else:
-            engine.follow()
-        engine.close()
+        results.put((rank, "ok", fn(rank, size, port, *args)))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
-        results.put(("error", f"rank {rank}: {traceback.format_exc()}"))
+        results.put((rank, "error", f"rank {rank}: {traceback.format_exc()}"))
 
 
-def generate_tp(model: str, prompts: Sequence[Sequence[int]], max_tokens: int, size: int,
-                timeout: float = 120.0, **options: Any) -> tuple[list[list[int]], float]:
-    """Greedy tokens from ``size`` ranks (spawned, gloo on 127.0.0.1) and rank 0's seconds."""
+def run_ranks(fn: Callable[..., Any], size: int, *args: Any,
+              timeout: float = 120.0) -> dict[int, Any]:
+    """``fn(rank, size, port, *args)`` on ``size`` spawned ranks (``fn`` importable by name);
+    every rank's return value. RuntimeError with a rank's traceback if one raised."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    args = [[list(p) for p in prompts], max_tokens, dict(options), results]
-    procs = [ctx.Process(target=_rank_main, args=(r, size, port, model, *args), daemon=True)
-             for r in range(size)]
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, size, port, args, results),
+                         daemon=True) for r in range(size)]
     for p in procs:
         p.start()
+    got: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
     try:
-        status, value = results.get(timeout=timeout)
-    except queue.Empty:
-        raise TimeoutError(f"{size} ranks gave no result within {timeout:.0f} s") from None
+        while len(got) < size:
+            try:
+                rank, status, value = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"ranks {sorted(set(range(size)) - set(got))} of {size} gave "
+                                   f"no result within {timeout:.0f} s") from None
+            if status != "ok":
+                raise RuntimeError(value)
+            got[rank] = value
     finally:
         for p in procs:
             p.join(10)
             if p.is_alive():
                 p.kill()
                 p.join()
-    if status != "ok":
-        raise RuntimeError(value)
-    return value  # type: ignore[no-any-return]
+    return got
+
+
+def _generate_rank(rank: int, size: int, port: int, model: str, prompts: list[list[int]],
+                   max_tokens: int, options: dict[str, Any]) -> Any:
+    from minisgl_core.engine.config import EngineConfig
+    from minisgl_core.engine.tp_rank import start_rank
+
+    engine = start_rank(EngineConfig(model=model, **options), rank, size, "127.0.0.1", port,
+                        timeout_s=60)
+    result = _generate(engine, prompts, max_tokens) if rank == 0 else engine.follow()
+    engine.close()
+    return result
+
+
+def generate_tp(model: str, prompts: Sequence[Sequence[int]], max_tokens: int, size: int,
+                timeout: float = 120.0, **options: Any) -> tuple[list[list[int]], float]:
+    """Greedy tokens from ``size`` ranks (spawned, gloo on 127.0.0.1) and rank 0's seconds."""
+    got = run_ranks(_generate_rank, size, model, [list(p) for p in prompts], max_tokens,
+                    dict(options), timeout=timeout)
+    return got[0]  # type: ignore[no-any-return]
+
+
+def all_reduce_rank(rank: int, size: int, port: int, use_shm: bool) -> dict[str, Any]:
+    """One rank of an all-reduce check: ``TensorParallel.all_reduce`` next to gloo's own, on a
+    few shapes (both shared-memory banks in turn) and one too big for a shared slot."""
+    import torch
+    import torch.distributed as dist
+
+    from minisgl_core.engine.parallel import init_tensor_parallel
+    from minisgl_core.engine.shm_allreduce import CAPACITY
+
+    os.environ["MINISGL_TP_SHM"] = "1" if use_shm else "0"
+    tp = init_tensor_parallel("127.0.0.1", port, rank, size, torch.device("cpu"), 60)
+    gen = torch.Generator().manual_seed(rank)
+    out: dict[str, Any] = {"shm": tp.shm is not None, "sums": [], "gloo": []}
+    for shape in ((1, 576), (7, 576), (3,)):
+        x = torch.randn(shape, generator=gen)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        out["sums"].append(tp.all_reduce(x).flatten().tolist())  # lists: tensors cannot
+        out["gloo"].append(ref.flatten().tolist())  # outlive this process in the queue
+    big = torch.full((CAPACITY + 1,), float(rank + 1))
+    out["big"] = float(tp.all_reduce(big)[-1])
+    tp.close()
+    return out
