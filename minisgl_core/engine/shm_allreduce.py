@@ -53,7 +53,11 @@ class ShmAllReduce:
         fd, name = tempfile.mkstemp(prefix="minisgl-tp-", dir=shm_dir())
         os.close(fd)
         path = Path(name)
-        shm = cls(path, 0, size, create=True)
+        try:
+            shm = cls(path, 0, size, create=True)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
         token = secrets.randbits(62) + 1
         shm.flags[0] = token
         shm.flags[PIDS] = os.getpid()
