@@ -20,7 +20,6 @@ from minisgl_core.runtime.spec import Endpoints, WorkerSpec
 
 log = logging.getLogger("minisgl")
 
-ROLES = ("tokenizer", "detokenizer", "scheduler")
 STOP_GRACE_S = 3.0
 
 
