@@ -51,12 +51,15 @@ def make_scheduler(spec: WorkerSpec) -> Any:
         "num_threads": spec.num_threads,
         "cache": cfg.cache,
     }
+    config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     tp = getattr(cfg, "tp", 1)
-    if tp > 1:  # this process is one rank; rank 0 schedules, the others follow it
-        from minisgl_core.engine.tp_rank import local_device, start_rank
+    if tp == 1:
+        return Engine(config)
+    import dataclasses
 
-        fields["device"] = local_device(cfg.device, spec.local_rank)
-        config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
-        return start_rank(config, spec.tp_rank, tp, cfg.dist_addr, cfg.dist_port,
-                          cfg.ready_timeout_s)
-    return Engine(EngineConfig(**{k: v for k, v in fields.items() if v is not None}))
+    from minisgl_core.engine.tp_rank import local_device, start_rank
+
+    # this process is one rank; rank 0 schedules, the others follow it
+    config = dataclasses.replace(config, device=local_device(config.device, spec.local_rank))
+    return start_rank(config, spec.tp_rank, tp, cfg.dist_addr, cfg.dist_port,
+                      cfg.ready_timeout_s)
