@@ -165,6 +165,8 @@ class DecoderForCausalLM:
         inter = self.shard.num_inter
         # rank 0 adds the residual (and biases) into its partial sum; the others add nothing
         keep = tp is None or tp.leader
+        # sums the ranks' partial outputs; the whole model here has nothing to sum
+        reduce = (lambda y: y) if tp is None else tp.all_reduce
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D], looked up once for all layers
         sin = self.sin[meta.positions].unsqueeze(1)
         half = d // 2
@@ -180,17 +182,11 @@ class DecoderForCausalLM:
             v = qkv[:, qk_dim:].view(t, hkv, d)
             kv.store(i, meta.out_slots, k, v)
             o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
-            if tp is None:
-                x = layer.o(o, residual=x)  # [T, H]
-            else:
-                x = tp.all_reduce(layer.o(o, residual=x if keep else None))
+            x = reduce(layer.o(o, residual=x if keep else None))  # [T, H]
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
             gu = layer.gate_up(h)  # [T, 2 I] (I: this rank's columns)
-            if tp is None:
-                x = layer.down(F.silu(gu[:, :inter]) * gu[:, inter:], residual=x)
-            else:
-                x = tp.all_reduce(layer.down(F.silu(gu[:, :inter]) * gu[:, inter:],
-                                             residual=x if keep else None))
+            x = reduce(layer.down(F.silu(gu[:, :inter]) * gu[:, inter:],
+                                  residual=x if keep else None))
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
