@@ -12,13 +12,13 @@ cache hits). The radix cache is emptied before each pattern, so its first reques
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from minisgl_core.bench.results import percentile
 from minisgl_core.messages import SamplingParams
 
 ARRIVALS = ("sequential", "burst")
@@ -77,10 +77,6 @@ def chat_prompts(tokenizer: Any, requests: int, system_tokens: int) -> list[list
             ids = ids["input_ids"]
         out.append([int(t) for t in ids])
     return out
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 def run_workload(engine: Any, prompts: Sequence[Sequence[int]], arrival: str,
@@ -150,7 +146,7 @@ def run(model: str | None = None, *, requests: int = 32, system_tokens: int = 50
             _empty_cache(engine)
             ttft, outs, computed, wall = run_workload(engine, prompts, arrival, max_tokens)
             r = PrefixResult(cache, arrival, requests, sum(map(len, prompts)), computed,
-                             1e3 * statistics.median(ttft), 1e3 * _percentile(ttft, 90), wall,
+                             1e3 * percentile(ttft, 50), 1e3 * percentile(ttft, 90), wall,
                              tuple(outs))
             say(f"  {cache:5s} {arrival:10s} TTFT p50 {r.ttft_p50_ms:8.1f} ms, "
                 f"prefill {computed} tokens, {wall:.1f} s")
