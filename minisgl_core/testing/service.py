@@ -9,11 +9,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    import psutil
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -76,6 +81,36 @@ class RunningService:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         return self.proc.returncode
+
+    def workers(self) -> dict[str, psutil.Process]:
+        """role -> worker process (tokenizer, detokenizer, scheduler), as titled minisgl::<role>."""
+        import psutil
+
+        out = {}
+        for pid in self.worker_pids:
+            try:
+                title = psutil.Process(pid).cmdline()[0]
+            except (psutil.Error, IndexError):
+                continue
+            out[title.removeprefix("minisgl::").strip()] = psutil.Process(pid)
+        return out
+
+    @contextmanager
+    def paused(self, role: str) -> Iterator[psutil.Process]:
+        """Freeze one worker with SIGSTOP for the block (SIGCONT after, if it still lives).
+
+        Messages sent to a frozen worker wait in its sockets, so a test can line requests up
+        at it whatever the speed of the engine or of the client.
+        """
+        import psutil
+
+        proc = self.workers()[role]
+        proc.suspend()
+        try:
+            yield proc
+        finally:
+            with suppress(psutil.Error):  # killed inside the block: nothing to resume
+                proc.resume()
 
     def leftover_workers(self, timeout: float = 5.0) -> list[int]:
         """Worker pids still alive after the launcher ended (should be none)."""

@@ -1,11 +1,12 @@
 """Long requests kept in flight while something happens to the service, and how each one ended.
 
 Used by the fault tests: start ``count`` long requests (half streaming), wait for the first
-stream to speak, run an action (kill a worker, SIGTERM the launcher), then collect every request's
-ending with a deadline. Endings: ``completed`` (a valid full answer), ``error_event`` (a stream
-that reported an error event and then [DONE]), ``error_status`` (a 5xx or 4xx with the error
-envelope), ``closed`` (the connection went away), ``hang`` (nothing before the deadline) and
-``bad`` (anything dressed up as success that is not: [DONE] without a finish or an error).
+stream to speak (or for a ``ready`` condition), run an action (kill a worker, SIGTERM the
+launcher), then collect every request's ending with a deadline. Endings: ``completed`` (a valid
+full answer), ``error_event`` (a stream that reported an error event and then [DONE]),
+``error_status`` (a 5xx or 4xx with the error envelope), ``closed`` (the connection went away),
+``hang`` (nothing before the deadline) and ``bad`` (anything dressed up as success that is not:
+[DONE] without a finish or an error).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ async def _one(client: httpx.AsyncClient, svc: Service, i: int, max_tokens: int,
 
 
 async def _run(svc: Service, count: int, max_tokens: int, action: Callable[[], None],
-               deadline_s: float) -> list[Ending]:
+               deadline_s: float, ready: Callable[[], bool] | None) -> list[Ending]:
     limits = httpx.Limits(max_connections=count + 4)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(deadline_s)) as client:
         far = time.monotonic() + 600
@@ -109,10 +110,15 @@ async def _run(svc: Service, count: int, max_tokens: int, action: Callable[[], N
                  for i in range(count)]
         # every request was sent at once: when the first stream speaks, the others are in
         # flight too. Act at once: the tiny model finishes 200 tokens in well under a second.
-        await asyncio.wait_for(started.wait(), 60)
+        await asyncio.wait_for(started.wait() if ready is None else _until(ready), 60)
         action()
         # from now on every request has deadline_s to end, whatever happened to the service
         return list(await asyncio.wait_for(_bounded(tasks, deadline_s), deadline_s + 5))
+
+
+async def _until(ready: Callable[[], bool]) -> None:
+    while not await asyncio.to_thread(ready):  # blocking probes off the loop the requests use
+        await asyncio.sleep(0.05)
 
 
 async def _bounded(tasks: list[asyncio.Task[Ending]], deadline_s: float) -> list[Ending]:
@@ -124,10 +130,11 @@ async def _bounded(tasks: list[asyncio.Task[Ending]], deadline_s: float) -> list
 
 
 def load_then(svc: Service, action: Callable[[], None], *, count: int = 12,
-              max_tokens: int = 200, deadline_s: float = 20) -> Counter[str]:
-    """Keep ``count`` long requests in flight, run ``action``, return their endings; fails on
-    any hang or bad ending."""
-    endings = asyncio.run(_run(svc, count, max_tokens, action, deadline_s))
+              max_tokens: int = 200, deadline_s: float = 20,
+              ready: Callable[[], bool] | None = None) -> Counter[str]:
+    """Keep ``count`` long requests in flight, run ``action`` once the first stream speaks (or
+    once ``ready()`` holds), return their endings; fails on any hang or bad ending."""
+    endings = asyncio.run(_run(svc, count, max_tokens, action, deadline_s, ready))
     bad = [e for e in endings if e.kind not in OK_ENDINGS]
     assert not bad, f"{bad}\n{svc.log()[-3000:]}"
     return Counter(f"status {e.detail.split(':', 1)[0]}" if e.kind == "error_status" else e.kind

@@ -83,14 +83,7 @@ class Service:
 
     def workers(self) -> dict[str, psutil.Process]:
         """role -> worker process (tokenizer, detokenizer, scheduler)."""
-        out = {}
-        for pid in self.run.worker_pids:
-            try:
-                title = psutil.Process(pid).cmdline()[0]
-            except (psutil.Error, IndexError):
-                continue
-            out[title.removeprefix("minisgl::").strip()] = psutil.Process(pid)
-        return out
+        return self.run.workers()
 
     def alive(self) -> bool:
         """The launcher and its three workers are running."""

@@ -62,18 +62,22 @@ def _assert_nothing_left(svc: Service, children: list[int]) -> None:
 def test_worker_killed_under_load(pool: ServicePool, role: str, transport: str) -> None:
     svc = pool.take(transport)
     children = [p.pid for p in psutil.Process(svc.pid).children(recursive=True)]
-    victim = svc.workers()[role]
 
-    def kill() -> None:
-        victim.send_signal(signal.SIGKILL)
+    def all_in_flight() -> bool:
+        return svc.metrics()["minisgl_frontend_requests_inflight"] == 12
 
     try:
-        endings = load_then(svc, kill, count=12)
+        # frozen before the load, the victim holds all 12 requests in flight when the kill
+        # comes, however fast the engine (200 tokens take the tiny model under a second) and
+        # however slow this client
+        with svc.run.paused(role) as victim:
+            endings = load_then(svc, lambda: victim.send_signal(signal.SIGKILL), count=12,
+                                ready=all_in_flight)
         code = _wait_exit(svc, EXIT_DEADLINE_S)
         assert code is not None, f"launcher still running {EXIT_DEADLINE_S:.0f} s after the kill"
         assert code != 0
         assert f"minisgl::{role}" in svc.log(), svc.log()[-2000:]
-        assert endings["completed"] < 12, f"the kill came after the load: {endings}"
+        assert endings["completed"] == 0, f"answers got past a frozen {role}: {endings}"
         _assert_nothing_left(svc, children)
     finally:
         svc.run.stop(signal.SIGKILL)
