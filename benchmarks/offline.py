@@ -1,7 +1,8 @@
 """Offline engine vs transformers generate (see minisgl_core.engine.bench); same as
 ``minisgl bench offline``.
 
-    python benchmarks/offline.py [--model DIR] [--batch-size 1 --batch-size 8 ...] [--max-tokens 64]
+    python benchmarks/offline.py [--model DIR] [--batch-size 1 --batch-size 8 ...]
+        [--max-tokens 64] [--tp 2]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if __name__ == "__main__":
     parser.add_argument("--profile", action="store_true", help="profile decode steps too")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per system; best is kept")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks on this host")
     args = parser.parse_args()
     main(args.model, args.batch_sizes or [1, 8, 32], args.max_tokens, args.json,
-         profile=args.profile, threads=args.threads, repeat=args.repeat)
+         profile=args.profile, threads=args.threads, repeat=args.repeat, tp=args.tp)

@@ -235,11 +235,14 @@ def bench_offline(
     model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
     batch_size: Annotated[list[int] | None, typer.Option(help="Batch sizes (repeat).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
+    tp: Annotated[int, typer.Option(
+        min=1, help="Split the engine over N tensor-parallel ranks on this host.")] = 1,
     json_: JsonOpt = False,
 ) -> None:
-    """Offline engine throughput (no server) for a few batch sizes."""
+    """Offline engine throughput (no server) for a few batch sizes, against transformers."""
     run = lazy_entry("minisgl_core.engine.bench:main", "the offline benchmark")
-    run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_)
+    run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_,
+        tp=tp)
 
 
 def _version_text(state: Plugins) -> str:

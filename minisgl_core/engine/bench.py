@@ -92,8 +92,13 @@ def run_hf(model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int
 
 
 def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines: bool,
-         profile: bool = False, threads: int | None = None, repeat: int = 3) -> None:
-    """Run the comparison and print a table (or one JSON object per batch size)."""
+         profile: bool = False, threads: int | None = None, repeat: int = 3,
+         tp: int = 1) -> None:
+    """Run the comparison and print a table (or one JSON object per batch size).
+
+    With ``tp`` > 1 the engine is split over ``tp`` ranks on this host that share ``threads``
+    between them (transformers keeps all of them); the peak memory is rank 0's.
+    """
     import torch
 
     from minisgl_core.engine.config import EngineConfig
@@ -105,16 +110,46 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     torch.set_num_threads(threads)
     path = resolve_model(model)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
-    say(f"model {path.name}, fp32, {threads} threads, {max_tokens} new tokens per prompt, "
-        f"best of {repeat}")
+    split = f", tensor-parallel over {tp} ranks" if tp > 1 else ""
+    say(f"model {path.name}, fp32, {threads} threads{split}, {max_tokens} new tokens per "
+        f"prompt, best of {repeat}")
     # no prefix cache: repeated runs of the same prompts must cost what the first one did, as
     # they do for transformers
-    engine = Engine(EngineConfig(model=str(path), num_threads=threads, cache="naive",
-                                 max_running_requests=max(128, *batch_sizes)))
+    per_rank = max(1, threads // tp)
+    config = EngineConfig(model=str(path), num_threads=per_rank, cache="naive",
+                          max_running_requests=max(128, *batch_sizes))
+    if tp == 1:
+        _compare(Engine(config), path, batch_sizes, max_tokens, json_lines, profile, repeat)
+        return
+    from minisgl_core.engine.tp_local import LocalGroup
+
+    group = LocalGroup(config, tp)
+    try:
+        _compare(group.engine, path, batch_sizes, max_tokens, json_lines, profile, repeat,
+                 threads={"engine": per_rank, "hf": threads})
+    finally:
+        group.close()
+
+
+def _compare(engine: Any, path: Any, batch_sizes: list[int], max_tokens: int, json_lines: bool,
+             profile: bool, repeat: int, threads: dict[str, int] | None = None) -> None:
+    """The runs and the report; ``threads`` sets torch's threads per system when they differ
+    (rank 0 of a split engine shares the cores that transformers has alone)."""
+    import torch
+
+    def use(system: str) -> None:
+        if threads:
+            torch.set_num_threads(threads[system])
+
+    def engine_run(prompts: list[list[int]], tokens: int) -> tuple[float, int]:
+        use("engine")
+        return run_engine(engine, prompts, tokens)
+
+    say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     tok = engine.tokenizer
     encoded = {b: [tok.encode(p) for p in _prompts(b)] for b in batch_sizes}
-    run_engine(engine, encoded[batch_sizes[0]][:1], 4)  # warm-up
-    best_engine = {b: run_engine(engine, encoded[b], max_tokens) for b in batch_sizes}
+    engine_run(encoded[batch_sizes[0]][:1], 4)  # warm-up
+    best_engine = {b: engine_run(encoded[b], max_tokens) for b in batch_sizes}
     peak = _peak_rss_mib()  # the engine alone: transformers' model is not loaded yet
     if profile:
         for b in batch_sizes:
@@ -122,12 +157,14 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    use("hf")
     run_hf(hf, tok, encoded[batch_sizes[0]][:1], 4)  # warm-up
     best_hf: dict[int, tuple[float, int]] = {}
     for i in range(repeat):
         for b in batch_sizes:
             if i > 0:
-                best_engine[b] = min(best_engine[b], run_engine(engine, encoded[b], max_tokens))
+                best_engine[b] = min(best_engine[b], engine_run(encoded[b], max_tokens))
+            use("hf")
             best_hf[b] = min(best_hf.get(b, (float("inf"), 0)),
                              run_hf(hf, tok, encoded[b], max_tokens))
     results = []

@@ -5,11 +5,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
 from minisgl_core.messages import SamplingParams
+
+if TYPE_CHECKING:
+    from minisgl_core.engine.tp_local import LocalGroup
 
 Prompt = str | Sequence[int]
 
@@ -33,19 +36,44 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
 
 
 class LLM:
-    """A model and an Engine in this process; generate() batches every prompt given to it."""
+    """A model and an Engine in this process; generate() batches every prompt given to it.
+
+    With ``tp`` > 1 the model is split over ``tp`` ranks: this process is rank 0 and the others
+    run as ``minisgl tp-worker`` subprocesses until ``close()`` (or the end of a ``with``).
+    """
 
     def __init__(self, model: str | None = None, dtype: str = "float32",
                  num_pages: int | None = None, page_size: int = 16,
-                 max_seq_len_override: int | None = None, **options: Any) -> None:
+                 max_seq_len_override: int | None = None, tp: int = 1,
+                 **options: Any) -> None:
         from minisgl_core.engine.weights import resolve_model
 
-        path = resolve_model(model)
-        self.engine = Engine(EngineConfig(model=str(path), dtype=dtype, num_pages=num_pages,
-                                          page_size=page_size,
-                                          max_seq_len_override=max_seq_len_override, **options))
+        config = EngineConfig(model=str(resolve_model(model)), dtype=dtype, num_pages=num_pages,
+                              page_size=page_size, max_seq_len_override=max_seq_len_override,
+                              **options)
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        self._group: LocalGroup | None = None
+        if tp == 1:
+            self.engine = Engine(config)
+        else:
+            from minisgl_core.engine.tp_local import LocalGroup
+
+            self._group = LocalGroup(config, tp)
+            self.engine = self._group.engine
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
+
+    def close(self) -> None:
+        """Stop the other tensor-parallel ranks, if any (idempotent; nothing to do without)."""
+        if self._group is not None:
+            self._group.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  sampling: SamplingParams | Sequence[SamplingParams] | None = None,

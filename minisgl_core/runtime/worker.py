@@ -21,7 +21,7 @@ ROLE_NAMES = {"tokenizer": "hf", "detokenizer": "hf", "scheduler": "continuous"}
 
 def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a spawned worker: rebuild plugins, open the transport, run the role."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher leads shutdown
     _set_title(f"minisgl::{spec.name}")
     logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
@@ -106,8 +106,8 @@ def _ready_info(role: Any) -> dict[str, str]:
     return info
 
 
-def _die_with_parent() -> None:
-    # No orphans: if the launcher is killed outright, the kernel kills its workers too.
+def die_with_parent() -> None:
+    """No orphans: if the parent is killed outright, the kernel kills this process too (Linux)."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

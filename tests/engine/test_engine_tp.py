@@ -48,3 +48,34 @@ def test_default_model_tp2_equals_tp1() -> None:
     got, _ = generate_tp(path, prompts, 16, 2, num_threads=1, max_seq_len_override=512)
     assert got == want
     assert len({tuple(t) for t in want}) == len(want)  # real, distinct continuations
+
+
+def test_llm_tp2_equals_tp1_and_stops_its_ranks(tiny_models: dict[str, Path]) -> None:
+    from minisgl_core import LLM, SamplingParams
+
+    path, opts = str(tiny_models["llama"]), {"page_size": 4, "num_pages": 64, "num_threads": 1}
+    prompts = ["Hello world", "The quick brown fox jumps over the lazy dog", "你好"]
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    with LLM(path, **opts) as one:
+        want = [o.token_ids for o in one.generate(prompts, greedy)]
+    with LLM(path, tp=2, **opts) as two:
+        assert two._group is not None
+        followers = two._group.followers
+        got = [o.token_ids for o in two.generate(prompts, greedy)]
+    assert got == want
+    assert [p.returncode for p in followers] == [0]  # told to stop by close(), not killed
+
+
+def test_llm_tp_over_kv_heads_fails_and_leaves_no_rank(tiny_models: dict[str, Path]) -> None:
+    import psutil
+
+    from minisgl_core import LLM
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(ValueError, match="KV heads"):
+        LLM(str(tiny_models["llama"]), tp=3, num_threads=1)
+    alive = [p for p in psutil.Process().children(recursive=True) if p.pid not in before
+             and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, alive
+    with pytest.raises(ValueError, match="tp must be >= 1"):
+        LLM(str(tiny_models["llama"]), tp=0)

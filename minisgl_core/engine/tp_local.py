@@ -1,0 +1,107 @@
+"""Tensor parallelism inside one program: rank 0 in this process, ranks 1..N-1 as
+``minisgl tp-worker`` subprocesses on this host. ``LLM(model, tp=N)`` uses it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from typing import Any
+
+from minisgl_core.engine.config import EngineConfig
+from minisgl_core.engine.engine import Engine
+
+log = logging.getLogger(__name__)
+
+ADDR = "127.0.0.1"  # every rank is on this host: the group never listens beyond loopback
+
+
+class LocalGroup:
+    """Rank 0's Engine and the follower processes; ``close()`` stops them all (idempotent)."""
+
+    def __init__(self, config: EngineConfig, size: int, timeout_s: float = 300.0) -> None:
+        from minisgl_core.engine.tp_rank import local_device
+
+        if size < 2:
+            raise ValueError(f"a tensor-parallel group needs 2 ranks or more, got {size}")
+        with socket.socket() as s:
+            s.bind((ADDR, 0))
+            port = int(s.getsockname()[1])
+        threads = config.num_threads
+        if threads is None and config.device == "cpu":  # the ranks share this host's cores
+            threads = max(1, (os.cpu_count() or 1) // size)
+        self.followers = [_start_follower(config, rank, size, port, threads, timeout_s)
+                          for rank in range(1, size)]
+        # close() also runs at exit or collection: a follower never outlives this group
+        self._finalizer = weakref.finalize(self, _stop, None, self.followers)
+        try:
+            self.engine = self._start_rank0(
+                dataclasses.replace(config, device=local_device(config.device, 0),
+                                    num_threads=threads), size, port, timeout_s)
+        except BaseException:
+            self._finalizer()
+            raise
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _stop, self.engine, self.followers)
+
+    def _start_rank0(self, config: EngineConfig, size: int, port: int,
+                     timeout_s: float) -> Engine:
+        """start_rank for rank 0, in a thread so that a follower's early exit fails fast instead
+        of leaving rank 0 waiting ``timeout_s`` for a rank that will never join."""
+        from minisgl_core.engine.tp_rank import start_rank
+
+        box: dict[str, Any] = {}
+
+        def join() -> None:
+            try:
+                box["engine"] = start_rank(config, 0, size, ADDR, port, timeout_s)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=join, name="tp-rank0-join", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+            for rank, proc in enumerate(self.followers, 1):
+                if thread.is_alive() and proc.poll() is not None:
+                    raise RuntimeError(f"tensor-parallel rank {rank} exited with code "
+                                       f"{proc.returncode} before the group formed")
+        if "error" in box:
+            raise box["error"]
+        return box["engine"]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop the followers and leave the process group."""
+        self._finalizer()
+
+
+def _start_follower(config: EngineConfig, rank: int, size: int, port: int,
+                    threads: int | None, timeout_s: float) -> subprocess.Popen[bytes]:
+    # one device per rank on this host: cuda -> cuda:<rank>; cpu stays cpu
+    device = f"cuda:{rank}" if config.device == "cuda" else config.device
+    cmd = [sys.executable, "-m", "minisgl_core", "tp-worker", "--rank", str(rank),
+           "--tp", str(size), "--dist-addr", ADDR, "--dist-port", str(port),
+           "--model", config.model, "--device", device, "--timeout", str(timeout_s)]
+    if threads is not None:
+        cmd += ["--num-threads", str(threads)]
+    from minisgl_core.runtime.worker import die_with_parent
+
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+
+
+def _stop(engine: Engine | None, followers: list[subprocess.Popen[bytes]]) -> None:
+    if engine is not None:
+        engine.close()  # tells the followers to stop, then leaves the group
+    for proc in followers:
+        try:
+            proc.wait(30 if engine is not None else 0.1)
+        except subprocess.TimeoutExpired:
+            if engine is not None:
+                log.warning("tensor-parallel rank pid %d did not stop: killing it", proc.pid)
+            proc.kill()
+            proc.wait()
