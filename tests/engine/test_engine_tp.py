@@ -79,3 +79,23 @@ def test_llm_tp_over_kv_heads_fails_and_leaves_no_rank(tiny_models: dict[str, Pa
     assert not alive, alive
     with pytest.raises(ValueError, match="tp must be >= 1"):
         LLM(str(tiny_models["llama"]), tp=0)
+
+
+def test_local_group_fails_fast_when_a_follower_exits(tiny_models: dict[str, Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from minisgl_core.engine import tp_local
+    from minisgl_core.engine.config import EngineConfig
+
+    def broken_follower(*_: object) -> subprocess.Popen[bytes]:  # a rank that dies at start
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    monkeypatch.setattr(tp_local, "_start_follower", broken_follower)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1 exited with code 3 before the group formed"):
+        tp_local.LocalGroup(EngineConfig(model=str(tiny_models["llama"]), num_threads=1), 2,
+                            timeout_s=30)
+    assert time.monotonic() - start < 25  # not rank 0's 30 s wait for a rank that never joins
