@@ -51,6 +51,13 @@ def _wake(fut: asyncio.Future[None]) -> None:
             pass
 
 
+def _wake_all(waiting: list[asyncio.Future[None]]) -> list[asyncio.Future[None]]:
+    """Wake every waiter; the (empty) list of those still waiting."""
+    for fut in waiting:
+        _wake(fut)
+    return []
+
+
 class _Box:
     """A FIFO guarded by its endpoint's lock, with sync (Condition) and async (Future) waiters."""
 
@@ -65,17 +72,11 @@ class _Box:
 
     def wake_getters(self) -> None:
         self.not_empty.notify_all()
-        if self.getters:
-            waiting, self.getters = self.getters, []
-            for fut in waiting:
-                _wake(fut)
+        self.getters = _wake_all(self.getters)
 
     def wake_putters(self) -> None:
         self.not_full.notify_all()
-        if self.putters:
-            waiting, self.putters = self.putters, []
-            for fut in waiting:
-                _wake(fut)
+        self.putters = _wake_all(self.putters)
 
     def has_room(self) -> bool:
         return self.readers > 0 and len(self.items) < self.capacity

@@ -172,13 +172,8 @@ class ZmqSender(_Channel):
         check_size(data, self._limit)
         self._enter()
         try:
-            copy = len(data) < _COPY_THRESHOLD
-            while True:
-                try:
-                    self._sock.send(data, zmq.NOBLOCK, copy=copy)
-                    return
-                except zmq.Again:
-                    self._poll(None)
+            while not self._try_send(data):
+                self._poll(None)
         except zmq.ZMQError as exc:
             raise self._translate(exc) from exc
         finally:
@@ -188,17 +183,20 @@ class ZmqSender(_Channel):
         check_size(data, self._limit)
         self._enter()
         try:
-            copy = len(data) < _COPY_THRESHOLD
-            while True:
-                try:
-                    self._sock.send(data, zmq.NOBLOCK, copy=copy)
-                    return
-                except zmq.Again:
-                    await self._await_ready()
+            while not self._try_send(data):
+                await self._await_ready()
         except zmq.ZMQError as exc:
             raise self._translate(exc) from exc
         finally:
             self._leave()
+
+    def _try_send(self, data: bytes) -> bool:
+        """Queue ``data`` without blocking; False when the socket has no room (or no peer)."""
+        try:
+            self._sock.send(data, zmq.NOBLOCK, copy=len(data) < _COPY_THRESHOLD)
+        except zmq.Again:
+            return False
+        return True
 
 
 class ZmqReceiver(_Channel):
