@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,77 +13,24 @@ import typer.main
 from minisgl_core import __version__
 from minisgl_core.bench.compare import compare_command
 from minisgl_core.bench.serve import serve_command
+from minisgl_core.cli_common import (
+    ConfigOpt,
+    JsonOpt,
+    Plugins,
+    SetOpt,
+    fail,
+    lazy_entry,
+    state,
+)
 from minisgl_core.config import ConfigError, LaunchConfig, load_config, to_json, to_toml
+from minisgl_core.plugin_listing import as_json, as_table
 from minisgl_core.plugins import (
     MinisglPluginManager,
     PluginLoadError,
-    PluginRow,
     build_manager,
     call_each,
-    collect,
-    describe,
 )
 from minisgl_core.registry import Registries, RegistryError
-
-EXIT_USAGE = 2  # bad names, bad config: nothing was started
-
-
-class Plugins:
-    """The plugin manager and registries one invocation uses, built on first need."""
-
-    def __init__(self, pm: MinisglPluginManager | None = None) -> None:
-        self._pm = pm
-        self._regs: Registries | None = None
-
-    @property
-    def pm(self) -> MinisglPluginManager:
-        if self._pm is None:
-            self._pm = build_manager()
-        return self._pm
-
-    @property
-    def regs(self) -> Registries:
-        if self._regs is None:
-            self._regs = collect(self.pm)
-        return self._regs
-
-    def rows(self, *, all: bool = False) -> list[PluginRow]:
-        return describe(self.pm, self.regs, all=all)
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    """Print ``minisgl: error: message`` on stderr and return the Exit to raise."""
-    typer.echo(f"minisgl: error: {message}", err=True)
-    return typer.Exit(code)
-
-
-def lazy_entry(target: str, what: str) -> Callable[..., Any]:
-    """Import ``"module:attr"``; exit 1 with a clear message if ``module`` is not there yet."""
-    module, _, attr = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
-    except ModuleNotFoundError as exc:
-        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-            raise fail(f"{what} is not available yet ({module} is missing)", 1) from None
-        raise
-
-
-def _state(ctx: typer.Context) -> Plugins:
-    obj = ctx.find_object(Plugins)
-    if obj is None:  # a command invoked without the root callback (plugin tests)
-        obj = ctx.ensure_object(Plugins)
-    return obj
-
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("-c", "--config", envvar="MINISGL_CONFIG", help="TOML config file."),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("-s", "--set", metavar="KEY=VALUE", help="Override any key, e.g. -s port=9000."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _load(config: Path | None, flags: dict[str, Any], overrides: list[str] | None) -> LaunchConfig:
@@ -146,11 +90,11 @@ def launch(
     }
     cfg = _load(config, flags, set_)
     try:
-        validate(cfg, _state(ctx).regs)
+        validate(cfg, state(ctx).regs)
     except RegistryError as exc:
         raise fail(str(exc)) from None
     run = lazy_entry("minisgl_core.launcher:launch", "the service")
-    raise typer.Exit(int(run(cfg, pm=_state(ctx).pm) or 0))
+    raise typer.Exit(int(run(cfg, pm=state(ctx).pm) or 0))
 
 
 def tp_worker(
@@ -168,21 +112,12 @@ def tp_worker(
     from minisgl_core.launcher import LaunchError, resolve_model
 
     try:
-        model_dir = resolve_model(_state(ctx).pm, model)
+        model_dir = resolve_model(state(ctx).pm, model)
     except LaunchError as exc:
         raise fail(str(exc), 1) from None
     run = lazy_entry("minisgl_core.engine.tp_rank:worker_command", "tensor parallelism")
     run(model_dir, rank, tp, dist_addr, dist_port, device=device, num_threads=num_threads,
         timeout_s=timeout)
-
-
-def _table(rows: list[PluginRow]) -> str:
-    cells = [("name", "dist", "version", "provides", "status")]
-    cells += [(r.name, r.dist, r.version, " ".join(r.provides) or "-", r.status) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(4)]
-    return "\n".join(
-        "  ".join(c[i].ljust(widths[i]) for i in range(4)) + "  " + c[4] for c in cells
-    )
 
 
 def plugins(
@@ -193,15 +128,14 @@ def plugins(
     hook: Annotated[str | None, typer.Option(help="Only plugins implementing this hook.")] = None,
 ) -> None:
     """List installed plugins: distribution, version, what each provides, status."""
-    rows = _state(ctx).rows(all=all_)
+    rows = state(ctx).rows(all=all_)
     if hook:
         wanted = hook if hook.startswith("minisgl_") else f"minisgl_{hook}"
         rows = [r for r in rows if wanted in r.hooks]
     if json_:
-        keys = ("name", "dist", "version", "provides", "hooks", "status")
-        typer.echo(json.dumps([{k: getattr(r, k) for k in keys} for r in rows], indent=2))
+        typer.echo(as_json(rows))
     else:
-        typer.echo(_table(rows))
+        typer.echo(as_table(rows))
     if check and any(r.status != "ok" for r in rows):
         raise typer.Exit(1)
 
@@ -224,7 +158,7 @@ def bench_transport(
     """Latency and throughput of every registered transport through the common interface."""
     for name in transport or []:
         try:
-            _state(ctx).regs.transports.check(name)
+            state(ctx).regs.transports.check(name)
         except RegistryError as exc:
             raise fail(str(exc)) from None
     run = lazy_entry("minisgl_core.bench.transport:main", "the transport benchmark")
@@ -287,7 +221,7 @@ def _group_marker() -> None:
 
 def _show_version(ctx: typer.Context, value: bool) -> None:
     if value:
-        typer.echo(_version_text(_state(ctx)))
+        typer.echo(_version_text(state(ctx)))
         raise typer.Exit()
 
 

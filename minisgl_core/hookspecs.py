@@ -39,8 +39,8 @@ RoleRegister = Callable[[RoleKind, str, Target], None]
 """``register(kind, name, factory_or_"module:attr")`` with ``kind`` one of ``ROLE_KINDS``."""
 
 ProcessName = str
-"""Which process a hook runs in: "launcher", "frontend", "tokenizer", "detokenizer", "scheduler"
-(scheduler ranks > 0 of a tensor-parallel group also say "scheduler")."""
+"""Which process a hook runs in: "launcher" (it also runs the frontends), "tokenizer",
+"detokenizer", "scheduler" (scheduler ranks > 0 of a tensor-parallel group also say "scheduler")."""
 
 
 @hookspec

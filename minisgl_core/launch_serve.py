@@ -14,6 +14,7 @@ from typing import Any
 from minisgl_core import codec
 from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.messages import Fatal, Stats
+from minisgl_core.plugins import configure, unconfigure
 
 log = logging.getLogger("minisgl")
 
@@ -54,7 +55,7 @@ async def _serve(service: Any, registries: Any, pm: Any) -> int:
         client.start()
         factory = registries.frontends.get(name)
         frontends.append(factory(client, config, config.frontends_options.get(name, {})))
-    pm.hook.minisgl_configure(config=config, process="launcher")
+    configure(pm, config, "launcher")
     tasks = [asyncio.create_task(fe.serve(), name=f"frontend:{name}")
              for fe, name in zip(frontends, config.frontends, strict=True)]
     tasks.append(asyncio.create_task(_relay_control(service, failure, stop), name="control"))
@@ -84,7 +85,7 @@ async def _serve(service: Any, registries: Any, pm: Any) -> int:
     await asyncio.gather(*tasks, return_exceptions=True)
     for client in service.clients.values():
         await client.close()
-    pm.hook.minisgl_unconfigure(config=config, process="launcher")
+    unconfigure(pm, config, "launcher")
     if failure:
         print(f"minisgl: {failure[0]}", file=sys.stderr)
         return 1

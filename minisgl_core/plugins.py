@@ -1,8 +1,9 @@
-"""The plugin manager: default plugins, entry points loaded one by one in isolation, listing.
+"""The plugin manager: default plugins, entry points loaded one by one in isolation.
 
 A plugin that fails to import or fails validation is skipped with one line on stderr and kept in
 ``pm.broken``; ``MINISGL_STRICT_PLUGINS=1`` makes that fatal. ``MINISGL_LOAD_PLUGINS`` is an
-allow-list of entry-point or distribution names (empty = no third-party plugins at all).
+allow-list of entry-point or distribution names (empty = no third-party plugins at all);
+``MINISGL_PLUGINS`` names extra plugin modules to load, packaged or not.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pluggy
 
 from minisgl_core import __version__, hookspecs
 from minisgl_core.default_plugins import DEFAULT_PLUGINS
+from minisgl_core.plugin_manager import Broken, MinisglPluginManager, Origin, PluginLoadError
 from minisgl_core.registry import Registries, Registry
 
 if TYPE_CHECKING:
@@ -27,66 +29,6 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "minisgl"
 CORE_DIST = "minisgl-core"
-
-
-class PluginLoadError(Exception):
-    """A plugin failed to load or validate while ``MINISGL_STRICT_PLUGINS=1``."""
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a registered plugin came from, for listings and for rebuilding in other processes."""
-
-    name: str
-    module: str | None  # importable module name; None for objects registered in-process
-    dist: str
-    version: str
-    source: str  # "default", "entrypoint" or "extra"
-
-
-@dataclass(frozen=True)
-class Broken:
-    """A plugin that was skipped: why, and where it came from."""
-
-    origin: Origin
-    error: str
-
-
-class MinisglPluginManager(pluggy.PluginManager):
-    """pluggy's manager for the ``minisgl`` hooks, remembering each plugin's origin and failures."""
-
-    def __init__(self, *, strict: bool = False) -> None:
-        super().__init__("minisgl")
-        self.add_hookspecs(hookspecs)
-        self.strict = strict
-        self.origins: dict[str, Origin] = {}
-        self.broken: dict[str, Broken] = {}
-        self.tracing = False  # MINISGL_TRACE_PLUGINS=1: every hook call on stderr
-
-    def origin(self, name: str) -> Origin:
-        """Where plugin ``name`` came from (plain ``register()`` calls count as "extra")."""
-        if name in self.origins:
-            return self.origins[name]
-        plugin = self.get_plugin(name)
-        module = plugin.__name__ if isinstance(plugin, ModuleType) else None
-        return Origin(name, module, "-", "-", "extra")
-
-    def mark_broken(self, origin: Origin, exc: BaseException, plugin: object = None) -> None:
-        """Unregister ``plugin`` if it got registered, remember why, say so on stderr (or raise
-        when strict)."""
-        if plugin is not None and self.get_plugin(origin.name) is plugin:
-            self.unregister(name=origin.name)
-            self.origins.pop(origin.name, None)
-        error = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever exc says
-        self.broken[origin.name] = Broken(origin, error)
-        if self.strict:
-            raise PluginLoadError(
-                f"plugin {origin.name} ({origin.dist} {origin.version}) is broken: {error}"
-            ) from exc
-        print(
-            f"minisgl: skipped plugin {origin.name} ({origin.dist} {origin.version}): {error}",
-            file=sys.stderr,
-        )
 
 
 def strict_from_env() -> bool:
@@ -99,6 +41,11 @@ def allow_list_from_env() -> set[str] | None:
     if raw is None:
         return None
     return {_norm(n) for n in raw.split(",") if n.strip()}
+
+
+def modules_from_env() -> list[str]:
+    """``MINISGL_PLUGINS``: plugin modules to load by name, installed or not (comma-separated)."""
+    return [m.strip() for m in os.environ.get("MINISGL_PLUGINS", "").split(",") if m.strip()]
 
 
 def _norm(name: str) -> str:
@@ -162,12 +109,15 @@ def build_manager(
     *, autoload: bool = True, extra: Sequence[str | object] = (), strict: bool | None = None
 ) -> MinisglPluginManager:
     """Build a manager: default plugins, then entry points (unless ``autoload`` is False or the
-    allow-list says otherwise), then ``extra`` modules (by name) or objects.
+    allow-list says otherwise), then the ``MINISGL_PLUGINS`` modules (with ``autoload``), then
+    ``extra`` modules (by name) or objects.
 
     Spawned processes call ``build_manager(autoload=False, extra=loaded_module_names(parent))``
     to get the same plugins under the same names.
     """
     pm = MinisglPluginManager(strict=strict_from_env() if strict is None else strict)
+    if autoload:
+        extra = [*modules_from_env(), *extra]
     for module in DEFAULT_PLUGINS:
         short = module.rsplit(".", 1)[-1]
         _load_module(pm, module, Origin(f"core.{short}", module, CORE_DIST, __version__, "default"))
@@ -331,48 +281,6 @@ def collect(pm: pluggy.PluginManager) -> Registries:
     return regs
 
 
-@dataclass(frozen=True)
-class PluginRow:
-    """One line of ``minisgl plugins``."""
-
-    name: str
-    dist: str
-    version: str
-    provides: tuple[str, ...]
-    hooks: tuple[str, ...]
-    status: str  # "ok" or "broken: <error>"
-
-
-def describe(pm: MinisglPluginManager, regs: Registries, *, all: bool = False) -> list[PluginRow]:
-    """Rows for every plugin, broken ones included; the default plugins fold into one "core" row
-    unless ``all`` is true."""
-    provides = regs.provides()
-    problems: dict[str, str] = {}
-    for error, owners in regs.conflicts():
-        for owner in owners:
-            problems.setdefault(owner, f"conflict: {error}")
-    rows: list[PluginRow] = []
-    for name, plugin in pm.list_name_plugin():
-        if plugin is None:
-            continue  # blocked name
-        origin = pm.origin(name)
-        hooks = sorted(c.name for c in pm.get_hookcallers(plugin) or [])
-        status = problems.get(name, "ok")
-        rows.append(PluginRow(name, origin.dist, origin.version, tuple(provides.get(name, [])),
-                              tuple(hooks), status))
-    for name, broken in pm.broken.items():
-        o = broken.origin
-        rows.append(PluginRow(name, o.dist, o.version, (), (), f"broken: {broken.error}"))
-    if not all:
-        core = [r for r in rows if r.name.startswith("core.") and r.dist == CORE_DIST]
-        if core:
-            bad = [f"{r.name}: {r.status}" for r in core if r.status != "ok"]
-            merged = PluginRow(
-                "core", CORE_DIST, __version__,
-                tuple(p for r in core for p in r.provides),
-                tuple(sorted({h for r in core for h in r.hooks})),
-                "; ".join(bad) if bad else "ok",
-            )
-            rows = [merged, *[r for r in rows if r not in core]]
-    return rows
-
+__all__ = ["CORE_DIST", "ENTRY_POINT_GROUP", "Broken", "Call", "MinisglPluginManager", "Origin",
+           "PluginLoadError", "build_manager", "call_each", "collect", "configure",
+           "loaded_module_names", "register_plugin", "resolve_model", "unconfigure"]

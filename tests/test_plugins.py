@@ -11,13 +11,8 @@ import pytest
 
 from minisgl_core import hookimpl
 from minisgl_core.default_plugins import DEFAULT_PLUGINS
-from minisgl_core.plugins import (
-    PluginLoadError,
-    build_manager,
-    collect,
-    describe,
-    loaded_module_names,
-)
+from minisgl_core.plugin_listing import describe
+from minisgl_core.plugins import PluginLoadError, build_manager, collect, loaded_module_names
 from minisgl_core.testing.fixtures import minisgl_plugin_dist, minisgl_pm  # noqa: F401
 
 GOOD = textwrap.dedent(

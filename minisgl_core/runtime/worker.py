@@ -28,11 +28,12 @@ def worker_main(spec: WorkerSpec) -> None:
                         format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
     from minisgl_core.plugins import build_manager, collect
 
-    registries = collect(build_manager(autoload=False, extra=list(spec.plugin_modules)))
+    pm = build_manager(autoload=False, extra=list(spec.plugin_modules))
+    registries = collect(pm)
     name = spec.config.transport
     transport = registries.transports.get(name)(spec.config.transports.get(name, {}))
     try:
-        ok = run_role(spec, registries, transport)
+        ok = run_role(spec, registries, transport, pm)
     finally:
         transport.close()
     log.info("%s stopped", spec.name)
@@ -41,14 +42,22 @@ def worker_main(spec: WorkerSpec) -> None:
     os._exit(0 if ok else 1)
 
 
-def run_role(spec: WorkerSpec, registries: Any, transport: Any) -> bool:
-    """Build this worker's role, send Ready, run its loop; on failure send Fatal. True if clean."""
+def run_role(spec: WorkerSpec, registries: Any, transport: Any, pm: Any = None) -> bool:
+    """Build this worker's role, send Ready, run its loop; on failure send Fatal. True if clean.
+
+    ``pm`` is given in a process of the worker's own: the plugins' ``minisgl_configure`` and
+    ``minisgl_unconfigure`` then run first and last, with the role as the process name.
+    """
+    from minisgl_core.plugins import configure, unconfigure
+
     control = transport.push(spec.endpoints.control)
 
     def report(msg: Message) -> None:
         control.send(codec.encode(msg))
 
     try:
+        if pm is not None:
+            configure(pm, spec.config, spec.role)
         _run(spec, registries, transport, report)
         return True
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
@@ -60,6 +69,11 @@ def run_role(spec: WorkerSpec, registries: Any, transport: Any) -> bool:
             pass
         return False
     finally:
+        if pm is not None:
+            try:
+                unconfigure(pm, spec.config, spec.role)
+            except Exception:  # noqa: BLE001 - a plugin's cleanup must not hide the outcome
+                log.exception("%s: minisgl_unconfigure failed", spec.name)
         control.close()
 
 
