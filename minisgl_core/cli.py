@@ -22,7 +22,8 @@ from minisgl_core.cli_common import (
     lazy_entry,
     state,
 )
-from minisgl_core.config import ConfigError, LaunchConfig, load_config, to_json, to_toml
+from minisgl_core.config import ConfigError, LaunchConfig, load_config
+from minisgl_core.config_dump import to_json, to_toml
 from minisgl_core.plugin_listing import as_json, as_table
 from minisgl_core.plugins import (
     MinisglPluginManager,

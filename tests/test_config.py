@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from minisgl_core.config import ConfigError, LaunchConfig, load_config, to_json, to_toml
+from minisgl_core.config import ConfigError, LaunchConfig, load_config
+from minisgl_core.config_dump import to_json, to_toml
 
 FILE = """
 transport = "nng"
