@@ -22,7 +22,10 @@ _NAN_SAFE_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "freque
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How to sample one request's tokens and when to stop.
 
-    ``max_tokens=None`` means "up to the context limit". ``top_k=0`` disables top-k.
+    ``max_tokens=None`` means "up to the context limit". ``top_k=0`` disables top-k. Until
+    ``min_tokens`` tokens exist, EOS and ``stop_token_ids`` cannot be sampled (as in vLLM, stop
+    strings still stop). ``logit_bias`` holds ``(token id, bias)`` pairs added to the logits
+    before sampling (-100 all but bans a token, 100 all but forces it).
     """
 
     max_tokens: int | None = 16
@@ -38,6 +41,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    min_tokens: int = 0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -69,6 +74,14 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             return "stop strings must not be empty"
         if any(t < 0 for t in self.stop_token_ids):
             return "stop_token_ids must be non-negative"
+        if self.min_tokens < 0:
+            return f"min_tokens must be >= 0, got {self.min_tokens}"
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            return f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
+        if any(t < 0 for t, _ in self.logit_bias):
+            return "logit_bias token ids must be non-negative"
+        if not all(math.isfinite(b) and -100 <= b <= 100 for _, b in self.logit_bias):
+            return "logit_bias values must be numbers in [-100, 100]"
         return None
 
     @property

@@ -56,6 +56,11 @@ def test_sampling_defaults_are_valid_and_not_greedy() -> None:
     ({"repetition_penalty": 0.0}, "repetition_penalty"),
     ({"stop": ("",)}, "stop strings"),
     ({"stop_token_ids": (-1,)}, "stop_token_ids"),
+    ({"min_tokens": -1}, "min_tokens must be >= 0"),
+    ({"min_tokens": 5, "max_tokens": 4}, r"min_tokens \(5\) must not exceed max_tokens \(4\)"),
+    ({"logit_bias": ((-1, 1.0),)}, "logit_bias token ids"),
+    ({"logit_bias": ((3, 100.5),)}, "logit_bias values"),
+    ({"logit_bias": ((3, float("nan")),)}, "logit_bias values"),
 ])
 def test_invalid_sampling_params_raise_value_error(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -64,5 +69,7 @@ def test_invalid_sampling_params_raise_value_error(kwargs: dict[str, object], ma
 
 def test_sampling_params_accept_boundaries() -> None:
     sp = m.SamplingParams(max_tokens=None, temperature=0.0, top_p=1.0, min_p=1.0,
-                          presence_penalty=-2, frequency_penalty=2, repetition_penalty=2.0)
+                          presence_penalty=-2, frequency_penalty=2, repetition_penalty=2.0,
+                          min_tokens=10**6, logit_bias=((0, -100.0), (7, 100.0)))
     assert sp.problem() is None
+    assert m.SamplingParams(max_tokens=4, min_tokens=4).problem() is None

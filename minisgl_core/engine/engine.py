@@ -124,7 +124,7 @@ class Engine:
                          cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix")
         self.allocator = PageAllocator(self.num_pages)
         self.workspace = Workspace(kv_heads, cfg.head_dim, self.dtype, self.device)
-        self.sampler = Sampler(self.vocab_size, self.device, config.seed)
+        self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
         self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
                                    config.max_prefill_tokens, config.cache)
         self.requests: dict[str, Request] = {}
@@ -147,6 +147,10 @@ class Engine:
         if bad:
             raise RequestRejected("invalid_token_ids", f"token id {bad[0]} is outside the "
                                   f"vocabulary (0..{self.vocab_size - 1})")
+        bad = [t for t, _ in sampling.logit_bias if t >= self.vocab_size]
+        if bad:
+            raise RequestRejected("invalid_token_ids", f"logit_bias token id {bad[0]} is outside "
+                                  f"the vocabulary (0..{self.vocab_size - 1})")
         limit = self.max_seq_len
         if sampling.max_tokens is None:
             if n >= limit:

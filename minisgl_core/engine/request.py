@@ -16,8 +16,8 @@ StopReason = Literal["stop", "length"]
 class RequestRejected(Exception):
     """A request the engine will not take; ``code`` is stable, ``message`` is for people.
 
-    Codes: ``context_length_exceeded``, ``kv_cache_exceeded``, ``invalid_token_ids``,
-    ``empty_prompt``, ``duplicate_request_id``.
+    Codes: ``context_length_exceeded``, ``kv_cache_exceeded``, ``invalid_token_ids`` (in the
+    prompt or in ``logit_bias``), ``empty_prompt``, ``duplicate_request_id``.
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -65,6 +65,8 @@ class Request:
     generator: torch.Generator | None = None  # per-request RNG when sampling.seed is set
     counts: torch.Tensor | None = None  # [V] output token counts (presence/frequency penalty)
     seen: torch.Tensor | None = None  # [V] bool: in prompt or output (repetition penalty)
+    bias: tuple[torch.Tensor, torch.Tensor] | None = None  # logit_bias: ids [B], values [B]
+    banned: torch.Tensor | None = None  # [S] stop token ids masked until min_tokens exist
     stop_window: int = 0  # output tokens to decode when checking stop strings (0: none)
     admitted: bool = False  # admitted once already (a preempted request is admitted again)
     cached_tokens: int = 0  # prefix-cache hit at its first admission (reported in outputs)

@@ -1,4 +1,5 @@
-"""Batched sampling with torch ops: penalties, temperature, top-k, top-p, min-p, per-request seeds.
+"""Batched sampling with torch ops: penalties, logit bias, min_tokens, temperature, top-k, top-p,
+min-p, per-request seeds.
 
 Sampling uses the exponential race (argmax of p / E with E ~ Exp(1)), which draws from p exactly;
 a seeded request's draws come from its own generator, so its tokens do not depend on what else is
@@ -7,7 +8,7 @@ in the batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -19,16 +20,24 @@ def _has_penalty(req: Request) -> bool:
     return s.repetition_penalty != 1.0 or s.presence_penalty != 0.0 or s.frequency_penalty != 0.0
 
 
+def _adjusts(req: Request) -> bool:
+    """True when this step's logits of ``req`` change before sampling."""
+    return req.counts is not None or req.bias is not None or (
+        req.banned is not None and len(req.output_ids) < req.sampling.min_tokens)
+
+
 class Sampler:
     """Turns a step's logits ``[N, V]`` into one next token per request."""
 
-    def __init__(self, vocab_size: int, device: torch.device | str, seed: int = 0) -> None:
+    def __init__(self, vocab_size: int, device: torch.device | str, seed: int = 0,
+                 eos_token_ids: Iterable[int] = ()) -> None:
         self.vocab_size = vocab_size
         self.device = torch.device(device)
         self.generator = torch.Generator(self.device).manual_seed(seed)
+        self.eos_token_ids = frozenset(eos_token_ids)
 
     def prepare(self, req: Request) -> None:
-        """Set up a new request's RNG and penalty state (only for the features it uses)."""
+        """Set up a new request's RNG, penalty, bias and min_tokens state (what it uses)."""
         s = req.sampling
         if s.seed is not None:
             req.generator = torch.Generator(self.device).manual_seed(s.seed)
@@ -36,6 +45,13 @@ class Sampler:
             req.counts = torch.zeros(self.vocab_size, dtype=torch.float32, device=self.device)
             req.seen = torch.zeros(self.vocab_size, dtype=torch.bool, device=self.device)
             req.seen[torch.tensor(req.prompt_ids, device=self.device)] = True
+        if s.logit_bias:
+            ids, values = zip(*s.logit_bias, strict=True)
+            req.bias = (torch.tensor(ids, device=self.device),
+                        torch.tensor(values, dtype=torch.float32, device=self.device))
+        stops = set(s.stop_token_ids) | (set() if s.ignore_eos else set(self.eos_token_ids))
+        if s.min_tokens > 0 and stops:
+            req.banned = torch.tensor(sorted(stops), device=self.device)
 
     def observe(self, req: Request, token: int) -> None:
         """Record a sampled token in the request's penalty state."""
@@ -45,12 +61,12 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[int]:
         """One token per row of ``logits [N, V]`` (row i belongs to ``reqs[i]``)."""
-        if all(r.sampling.greedy and not _has_penalty(r) for r in reqs):
+        if all(r.sampling.greedy and not _adjusts(r) for r in reqs):
             return logits.argmax(-1).tolist()  # type: ignore[no-any-return]
         logits = logits.float()
         for i, r in enumerate(reqs):
-            if _has_penalty(r):
-                self._penalize(logits[i], r)
+            if _adjusts(r):
+                self._adjust(logits[i], r)
         out = [0] * len(reqs)
         greedy = [i for i, r in enumerate(reqs) if r.sampling.greedy]
         if greedy:
@@ -64,6 +80,16 @@ class Sampler:
             for i, tok in zip(sampled, toks, strict=True):
                 out[i] = tok
         return out
+
+    @staticmethod
+    def _adjust(row: torch.Tensor, r: Request) -> None:
+        """In place on ``row [V]``: penalties, then the logit bias, then the min_tokens mask."""
+        if r.counts is not None:
+            Sampler._penalize(row, r)
+        if r.bias is not None:
+            row.index_add_(0, r.bias[0], r.bias[1])  # repeated ids add up, as in a dict merge
+        if r.banned is not None and len(r.output_ids) < r.sampling.min_tokens:
+            row[r.banned] = float("-inf")
 
     @staticmethod
     def _penalize(row: torch.Tensor, r: Request) -> None:

@@ -135,3 +135,59 @@ def test_penalties_change_generation_where_a_token_repeats(make_engine, drain, t
 
 def _fields(sp: SamplingParams) -> dict[str, object]:
     return {f: getattr(sp, f) for f in sp.__struct_fields__}
+
+
+def test_logit_bias_is_added_before_sampling() -> None:
+    logits = [5.0, 4.5, 0.0]
+    assert _pick(logits, [], logit_bias=((1, 0.6),)) == 1  # 4.5 + 0.6 > 5
+    assert _pick(logits, [], logit_bias=((1, 0.4),)) == 0
+    assert _pick(logits, [], logit_bias=((0, -100.0), (1, -100.0))) == 2
+    assert _pick(logits, [0], logit_bias=((2, 0.3),), presence_penalty=0.6) == 1  # both apply
+
+
+def test_min_tokens_masks_eos_and_stop_token_ids_until_reached() -> None:
+    sampler = Sampler(4, "cpu", eos_token_ids=[0])
+    r = _req(temperature=0.0, min_tokens=2, stop_token_ids=(1,))
+    sampler.prepare(r)
+    logits = torch.tensor([[9.0, 8.0, 1.0, 0.0]])  # EOS first, the stop token next
+    assert sampler.sample(logits.clone(), [r]) == [2]
+    r.output_ids.append(2)
+    assert sampler.sample(logits.clone(), [r]) == [2]
+    r.output_ids.append(2)  # min_tokens reached: EOS may come now
+    assert sampler.sample(logits.clone(), [r]) == [0]
+    ignoring = _req(temperature=0.0, min_tokens=2, ignore_eos=True)
+    sampler.prepare(ignoring)  # EOS does not stop it, so it is not masked
+    assert ignoring.banned is None and sampler.sample(logits.clone(), [ignoring]) == [0]
+
+
+def test_min_tokens_and_logit_bias_steer_the_engine(make_engine, drain, tokens_of) -> None:
+    engine = make_engine("llama")
+    prompt = [20, 21, 22]
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    engine.add_request("plain", prompt, greedy)
+    plain = tokens_of(drain(engine)["plain"])
+    first = plain[0]
+    # the first greedy token as a stop token: alone it ends the request at once ...
+    engine.add_request("stop", prompt, SamplingParams(**{**_fields(greedy),
+                                                         "stop_token_ids": (first,)}))
+    # ... with min_tokens it cannot come before 5 tokens exist
+    engine.add_request("min", prompt, SamplingParams(**{**_fields(greedy), "min_tokens": 5,
+                                                        "stop_token_ids": (first,)}))
+    forced = plain[-1] + 1
+    engine.add_request("bias", prompt, SamplingParams(**{**_fields(greedy),
+                                                         "logit_bias": ((forced, 100.0),)}))
+    outs = drain(engine)
+    assert tokens_of(outs["stop"]) == [first] and outs["stop"][-1].finish_reason == "stop"
+    held = tokens_of(outs["min"])
+    assert len(held) >= 5 and first not in held[:5]
+    assert held[-1] == first or len(held) == 12
+    assert tokens_of(outs["bias"]) == [forced] * 12
+
+
+def test_logit_bias_outside_the_vocabulary_is_rejected(make_engine) -> None:
+    from minisgl_core.engine.request import RequestRejected
+
+    engine = make_engine("llama")
+    with pytest.raises(RequestRejected, match="logit_bias token id 99999 is outside"):
+        engine.add_request("x", [1, 2], SamplingParams(logit_bias=((99999, 1.0),)))
+    assert not engine.has_work()

@@ -79,7 +79,9 @@ NAMED_CASES: dict[str, tuple[str, object]] = {
     "empty stop string": (CHAT, {"messages": MSG, "stop": [""]}),
     "stream_options without stream": (CHAT, {"messages": MSG,
                                              "stream_options": {"include_usage": True}}),
-    "unsupported logit_bias": (COMPLETIONS, {"prompt": "a", "logit_bias": {"1": 5}}),
+    "logit_bias key not a token id": (COMPLETIONS, {"prompt": "a", "logit_bias": {"x1": 5}}),
+    "logit_bias token outside the vocabulary": (COMPLETIONS, {"prompt": "a",
+                                                              "logit_bias": {"99999999": 5}}),
     "unknown model": (CHAT, {"model": MARKER, "messages": MSG}),
     "long unknown role": (CHAT, {"messages": [{"role": MARKER, "content": "x"}]}),
 }

@@ -213,3 +213,21 @@ def test_return_token_ids(service: RunningService, tiny_model: str) -> None:
     plain = httpx.post(f"{service.url}/v1/completions", timeout=60,
                        json={**body, "return_token_ids": False}).json()
     assert "token_ids" not in plain["choices"][0] and plain["choices"][0]["text"] == choice["text"]
+
+
+def test_logit_bias_and_min_tokens_reach_the_engine(service: RunningService) -> None:
+    def ids(**extra: object) -> tuple[list[int], str]:
+        body = {"model": service.model_name(), "prompt": "Once upon a time", "max_tokens": 8,
+                "temperature": 0, "return_token_ids": True, **extra}
+        (choice,) = httpx.post(f"{service.url}/v1/completions", json=body,
+                               timeout=60).json()["choices"]
+        return choice["token_ids"], choice["finish_reason"]
+
+    plain, _ = ids(ignore_eos=True)
+    forced = (plain[0] + 1) % 100
+    assert ids(ignore_eos=True, logit_bias={str(forced): 100}) == ([forced] * 8, "length")
+    # the first greedy token as a stop token ends the request at once, unless min_tokens holds
+    # it back (it is masked until 3 tokens exist)
+    assert ids(stop_token_ids=[plain[0]]) == ([plain[0]], "stop")
+    held, _ = ids(stop_token_ids=[plain[0]], min_tokens=3)
+    assert len(held) >= 3 and plain[0] not in held[:3]

@@ -30,6 +30,8 @@ def to_sampling(sampling: Any) -> SamplingParams:
         "max_tokens": sampling.max_tokens or DEFAULT_MAX_TOKENS,  # 0 (unset) = the default
         "stop": tuple(sampling.stop),
         "ignore_eos": sampling.ignore_eos,
+        "min_tokens": sampling.min_tokens,
+        "logit_bias": tuple(sorted(sampling.logit_bias.items())),
     }
     for name in _OPTIONAL_SCALARS:
         if sampling.HasField(name):

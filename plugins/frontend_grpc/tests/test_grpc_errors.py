@@ -36,6 +36,12 @@ CASES = [
     ("empty stop", _req(prompt="a", sampling={"stop": [""]}), Code.INVALID_ARGUMENT, "stop"),
     ("penalty", _req(prompt="a", sampling={"presence_penalty": 3.0}), Code.INVALID_ARGUMENT,
      "presence_penalty"),
+    ("logit_bias id", _req(prompt="a", sampling={"logit_bias": {-4: 1.0}}),
+     Code.INVALID_ARGUMENT, "logit_bias token ids must be non-negative"),
+    ("logit_bias value", _req(prompt="a", sampling={"logit_bias": {4: 150.0}}),
+     Code.INVALID_ARGUMENT, "logit_bias values must be numbers in [-100, 100]"),
+    ("min_tokens", _req(prompt="a", sampling={"max_tokens": 4, "min_tokens": 5}),
+     Code.INVALID_ARGUMENT, "min_tokens (5) must not exceed max_tokens (4)"),
     ("too long", _req(prompt="one two three four five six seven eight nine"),
      Code.INVALID_ARGUMENT, "the prompt has 9 tokens; the context is 8"),
     ("too long ids", _req(token_ids=list(range(20))), Code.INVALID_ARGUMENT, "context is 8"),
@@ -96,3 +102,12 @@ def test_second_server_on_the_same_port_fails(run_server, engine) -> None:
             await second.start()
 
     run_server(scenario)
+
+
+def test_sampling_fields_reach_the_core() -> None:
+    from minisgl_frontend_grpc.convert import to_sampling
+
+    sp = to_sampling(pb2.SamplingParams(max_tokens=9, min_tokens=3,
+                                        logit_bias={7: -100.0, 2: 2.5}))
+    assert (sp.max_tokens, sp.min_tokens, sp.logit_bias) == (9, 3, ((2, 2.5), (7, -100.0)))
+    assert to_sampling(pb2.SamplingParams()).logit_bias == ()

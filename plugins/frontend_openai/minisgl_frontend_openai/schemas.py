@@ -20,6 +20,7 @@ MAX_N = 16  # choices per prompt
 MAX_STOP = 16  # stop strings per request
 MAX_PROMPTS = 64  # prompts in one /v1/completions call
 MAX_CHOICES = 64  # prompts x n
+MAX_LOGIT_BIAS = 1024  # entries in logit_bias
 MAX_TOKEN_ID = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -48,11 +49,11 @@ def _empty(v: Any) -> bool:
 
 # name -> "this value is neutral"; any other value is a 400 rather than a silent no-op
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
-    "logprobs": _off, "top_logprobs": _zero, "prompt_logprobs": _none, "logit_bias": _empty,
+    "logprobs": _off, "top_logprobs": _zero, "prompt_logprobs": _none,
     "response_format": lambda v: v is None or v == {"type": "text"},
     "tools": _empty, "tool_choice": lambda v: v is None or v == "none", "functions": _empty,
     "function_call": lambda v: v is None or v == "none", "echo": _off, "suffix": _empty,
-    "min_tokens": _zero, "prediction": _none, "audio": _none,
+    "prediction": _none, "audio": _none,
     "modalities": lambda v: v is None or v == ["text"], "reasoning_effort": _none,
     "web_search_options": _none, "use_beam_search": _off, "include_stop_str_in_output": _off,
     "length_penalty": lambda v: v is None or v == 1, "logits_processors": _empty,
@@ -95,6 +96,8 @@ class _GenerationRequest(_Strict):
     repetition_penalty: float | None = None
     ignore_eos: bool | None = None
     skip_special_tokens: bool | None = None
+    min_tokens: Count | None = None  # vLLM's: no EOS or stop_token_ids before this many tokens
+    logit_bias: dict[str, float] | None = None  # token id (as a JSON key) -> bias in [-100, 100]
     return_token_ids: bool | None = None  # vLLM's extension: each choice's generated ids
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -150,7 +153,8 @@ class _GenerationRequest(_Strict):
             "frequency_penalty": self.frequency_penalty,
             "repetition_penalty": self.repetition_penalty, "seed": self.seed, "stop": stop,
             "stop_token_ids": tuple(self.stop_token_ids or ()), "ignore_eos": self.ignore_eos,
-            "skip_special_tokens": self.skip_special_tokens,
+            "skip_special_tokens": self.skip_special_tokens, "min_tokens": self.min_tokens,
+            "logit_bias": self._logit_bias(),
         }
         kwargs = {k: v for k, v in values.items() if v is not None or k == "max_tokens"}
         try:
@@ -160,6 +164,19 @@ class _GenerationRequest(_Strict):
             field = message.split(" ", 1)[0]
             raise bad_request(message, param=param if field == "max_tokens" else
                               (field if field in values else None)) from None
+
+
+    def _logit_bias(self) -> tuple[tuple[int, float], ...] | None:
+        if not self.logit_bias:
+            return None
+        if len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise bad_request(f"at most {MAX_LOGIT_BIAS} logit_bias entries are allowed, got "
+                              f"{len(self.logit_bias)}", param="logit_bias")
+        if not all(k.isascii() and k.isdigit() and len(k) <= 10 for k in self.logit_bias):
+            # never echo the key: it is whatever the client sent
+            raise bad_request("logit_bias keys must be token ids (non-negative integers)",
+                              param="logit_bias")
+        return tuple((int(k), v) for k, v in self.logit_bias.items())
 
 
 def for_choice(sampling: SamplingParams, index: int) -> SamplingParams:
