@@ -218,12 +218,10 @@ def _tp_config(config: Any, transport: Any) -> Any:
     if config.dist_port:
         return config
     import dataclasses
-    import socket
 
-    with socket.socket() as s:
-        s.bind((config.dist_addr, 0))
-        port = int(s.getsockname()[1])
-    return dataclasses.replace(config, dist_port=port)
+    from minisgl_core.ports import free_port
+
+    return dataclasses.replace(config, dist_port=free_port(config.dist_addr))
 
 
 def _max_context(model_dir: str, override: int | None) -> int:

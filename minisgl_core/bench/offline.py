@@ -38,14 +38,13 @@ class OfflineEngine:
             self.engine.add_request(f"b{i}", self._prompt(i), sp)
         first: dict[str, float] = {}
         records = []
-        while self.engine.has_work():
-            for out in self.engine.step():
-                now = time.perf_counter() - start
-                if out.token_ids:
-                    first.setdefault(out.request_id, now)
-                if out.finish_reason is not None:
-                    records.append(Record(True, start, first.get(out.request_id, now), now,
-                                          out.completion_tokens, out.prompt_tokens))
+        for out in self.engine.run_until_idle():
+            now = time.perf_counter() - start
+            if out.token_ids:
+                first.setdefault(out.request_id, now)
+            if out.finish_reason is not None:
+                records.append(Record(True, start, first.get(out.request_id, now), now,
+                                      out.completion_tokens, out.prompt_tokens))
         return records
 
     def measure(self, batch: int, max_tokens: int, requests: int | None) -> dict[str, Any]:

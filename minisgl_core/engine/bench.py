@@ -69,9 +69,7 @@ def run_engine(engine: Any, prompts: list[list[int]], max_tokens: int) -> tuple[
     start = time.perf_counter()
     for i, p in enumerate(prompts):
         engine.add_request(f"bench-{start}-{i}", p, sp)
-    produced = 0
-    while engine.has_work():
-        produced += sum(len(o.token_ids) for o in engine.step())
+    produced = sum(len(o.token_ids) for o in engine.run_until_idle())
     return time.perf_counter() - start, produced
 
 
@@ -222,8 +220,8 @@ def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8) -> dic
     for e in prof.key_averages():
         key = "matmul" if e.key in matmul else "attention" if e.key in attention else "other_ops"
         split[key] += e.self_cpu_time_total / 1e3 / steps
-    while engine.has_work():
-        engine.step()
+    for _ in engine.run_until_idle():  # finish the profiled requests
+        pass
     wall = statistics.median(walls)
     return {"batch": float(len(prompts)), "step_ms": wall, **split,
             "python": max(0.0, wall - sum(split.values()))}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -190,6 +190,11 @@ class Engine:
     def has_work(self) -> bool:
         """True while any request is waiting or running."""
         return bool(self.scheduler.waiting or self.scheduler.running)
+
+    def run_until_idle(self) -> Iterator[StepOutput]:
+        """Step until no request is left, yielding every StepOutput as it comes."""
+        while self.has_work():
+            yield from self.step()
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""

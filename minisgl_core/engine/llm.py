@@ -116,11 +116,10 @@ class LLM:
         try:
             for rid, (_, prompt_ids), sp in zip(ids, items, params, strict=True):
                 engine.add_request(rid, prompt_ids, sp)
-            while engine.has_work():
-                for out in engine.step():
-                    tokens[out.request_id].extend(out.token_ids)
-                    if out.finish_reason is not None:
-                        reasons[out.request_id] = out.finish_reason
+            for out in engine.run_until_idle():
+                tokens[out.request_id].extend(out.token_ids)
+                if out.finish_reason is not None:
+                    reasons[out.request_id] = out.finish_reason
         finally:
             for rid in ids:
                 if rid not in reasons:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from typing import Any
 
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
+from minisgl_core.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,7 @@ class LocalGroup:
 
         if size < 2:
             raise ValueError(f"a tensor-parallel group needs 2 ranks or more, got {size}")
-        with socket.socket() as s:
-            s.bind((ADDR, 0))
-            port = int(s.getsockname()[1])
+        port = free_port(ADDR)
         threads = config.num_threads
         if threads is None and config.device == "cpu":  # the ranks share this host's cores
             threads = max(1, (os.cpu_count() or 1) // size)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+
+from minisgl_core.ports import free_port
 
 if TYPE_CHECKING:
     import psutil
@@ -29,13 +30,6 @@ def parse_metrics(text: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -166,3 +160,6 @@ def worker_pids(launcher_pid: int) -> list[int]:
         except psutil.Error:
             continue
     return out
+
+
+__all__ = ["RunningService", "free_port", "launch_service", "parse_metrics", "worker_pids"]

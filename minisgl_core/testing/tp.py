@@ -23,9 +23,8 @@ def _generate(engine: Any, prompts: Sequence[Sequence[int]],
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, sp)
     out: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
-    while engine.has_work():
-        for o in engine.step():
-            out[o.request_id].extend(o.token_ids)
+    for o in engine.run_until_idle():
+        out[o.request_id].extend(o.token_ids)
     return [out[str(i)] for i in range(len(prompts))], time.perf_counter() - start
 
 
