@@ -15,6 +15,7 @@ import msgspec
 FinishReason = Literal["stop", "length", "abort", "error"]
 ErrorType = Literal["invalid_request_error", "server_error", "overloaded_error"]
 
+MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
 _NAN_SAFE_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
                     "repetition_penalty")
 
@@ -43,6 +44,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     skip_special_tokens: bool = True
     min_tokens: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None  # None: none; k: each token's logprob and the top k at its step
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -82,6 +84,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             return "logit_bias token ids must be non-negative"
         if not all(math.isfinite(b) and -100 <= b <= 100 for _, b in self.logit_bias):
             return "logit_bias values must be numbers in [-100, 100]"
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            return f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}"
         return None
 
     @property
@@ -158,6 +162,13 @@ class TokenizedRequest(msgspec.Struct, frozen=True, tag="tokenized"):
 # ---- to the detokenizer process ----------------------------------------------------------------
 
 
+class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
+    """One generated token's log-probability under the model, and the top alternatives then."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
+
+
 class TokenDelta(msgspec.Struct, frozen=True):
     """New token ids of one request from one engine step; ``finish_reason`` set marks the end."""
 
@@ -169,6 +180,7 @@ class TokenDelta(msgspec.Struct, frozen=True):
     cached_tokens: int = 0
     detokenize: DetokenizeInfo | None = None  # present on a request's first delta only
     error: ErrorInfo | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when the request asked
 
 
 class TokenBatch(msgspec.Struct, frozen=True, tag="token_batch"):
@@ -178,6 +190,15 @@ class TokenBatch(msgspec.Struct, frozen=True, tag="token_batch"):
 
 
 # ---- to a frontend -----------------------------------------------------------------------------
+
+
+class TextLogprob(msgspec.Struct, frozen=True, array_like=True):
+    """A TokenLogprob with the token and its alternatives also as text (each decoded alone)."""
+
+    token_id: int
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 class TextDelta(msgspec.Struct, frozen=True):
@@ -191,6 +212,7 @@ class TextDelta(msgspec.Struct, frozen=True):
     completion_tokens: int = 0
     cached_tokens: int = 0
     error: ErrorInfo | None = None
+    logprobs: tuple[TextLogprob, ...] = ()  # one per token id, when the request asked
 
 
 class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):

@@ -27,10 +27,10 @@ from minisgl_core.engine.request import (
     StepOutput,
     StopReason,
 )
-from minisgl_core.engine.sampler import Sampler
+from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
 from minisgl_core.engine.weights import Checkpoint, resolve_model
-from minisgl_core.messages import SamplingParams
+from minisgl_core.messages import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from minisgl_core.engine.parallel import TensorParallel
@@ -237,8 +237,19 @@ class Engine:
         if not to_sample:
             return []
         index = torch.tensor(rows, device=self.device)
-        tokens = self.sampler.sample(self.model.logits(hidden.index_select(0, index)), to_sample)
-        return [self._append(r, tok) for r, tok in zip(to_sample, tokens, strict=True)]
+        logits = self.model.logits(hidden.index_select(0, index))  # [N, V]
+        asked = [i for i, r in enumerate(to_sample) if r.sampling.logprobs is not None]
+        # taken before sampling, which adjusts the logits in place (penalties, bias)
+        dist = torch.log_softmax(logits[asked].float(), -1) if asked else None  # [A, V]
+        tokens = self.sampler.sample(logits, to_sample)
+        logprobs: list[TokenLogprob | None] = [None] * len(to_sample)
+        if dist is not None:
+            tops = [to_sample[i].sampling.logprobs or 0 for i in asked]
+            found = token_logprobs(dist, [tokens[i] for i in asked], tops)
+            for i, logprob in zip(asked, found, strict=True):
+                logprobs[i] = logprob
+        return [self._append(r, tok, lp)
+                for r, tok, lp in zip(to_sample, tokens, logprobs, strict=True)]
 
     @torch.inference_mode()
     def follow(self) -> None:
@@ -259,7 +270,7 @@ class Engine:
         self.tp.close()
         self.tp = None
 
-    def _append(self, req: Request, token: int) -> StepOutput:
+    def _append(self, req: Request, token: int, logprob: TokenLogprob | None) -> StepOutput:
         req.output_ids.append(token)
         self._generated_tokens += 1
         self.sampler.observe(req, token)
@@ -269,7 +280,8 @@ class Engine:
             self.requests.pop(req.request_id, None)
             self.scheduler.remove(req)
         return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
-                          len(req.output_ids), req.cached_tokens)
+                          len(req.output_ids), req.cached_tokens,
+                          () if logprob is None else (logprob,))
 
     def _finish_reason(self, req: Request, token: int) -> StopReason | None:
         s = req.sampling

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
-from minisgl_core.messages import SamplingParams
+from minisgl_core.messages import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from minisgl_core.engine.tp_local import LocalGroup
@@ -27,6 +27,7 @@ class RequestOutput:
     token_ids: list[int]
     text: str
     finish_reason: str
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when sampling.logprobs is set
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
@@ -112,12 +113,14 @@ class LLM:
         ids = [f"llm-{next(self._ids)}" for _ in items]
         engine = self.engine
         tokens: dict[str, list[int]] = {rid: [] for rid in ids}
+        logprobs: dict[str, list[TokenLogprob]] = {rid: [] for rid in ids}
         reasons: dict[str, str] = {}
         try:
             for rid, (_, prompt_ids), sp in zip(ids, items, params, strict=True):
                 engine.add_request(rid, prompt_ids, sp)
             for out in engine.run_until_idle():
                 tokens[out.request_id].extend(out.token_ids)
+                logprobs[out.request_id].extend(out.logprobs)
                 if out.finish_reason is not None:
                     reasons[out.request_id] = out.finish_reason
         finally:
@@ -129,5 +132,6 @@ class LLM:
             text = self.tokenizer.decode(tokens[rid], skip_special_tokens=sp.skip_special_tokens)
             if sp.stop and reasons[rid] == "stop":
                 text = cut_at_stop(text, sp.stop)
-            results.append(RequestOutput(rid, prompt, prompt_ids, tokens[rid], text, reasons[rid]))
+            results.append(RequestOutput(rid, prompt, prompt_ids, tokens[rid], text, reasons[rid],
+                                         None if sp.logprobs is None else logprobs[rid]))
         return results

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 
-from minisgl_core.messages import SamplingParams
+from minisgl_core.messages import SamplingParams, TokenLogprob
 
 StopReason = Literal["stop", "length"]
 
@@ -39,6 +39,7 @@ class StepOutput:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens the prefix cache supplied when it was admitted
+    logprobs: tuple[TokenLogprob, ...] = ()  # for each of token_ids, when the request asked
 
 
 class State(enum.Enum):

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from minisgl_core.engine.request import Request
+from minisgl_core.messages import TokenLogprob
 
 
 def _has_penalty(req: Request) -> bool:
@@ -24,6 +25,20 @@ def _adjusts(req: Request) -> bool:
     """True when this step's logits of ``req`` change before sampling."""
     return req.counts is not None or req.bias is not None or (
         req.banned is not None and len(req.output_ids) < req.sampling.min_tokens)
+
+
+def token_logprobs(logprobs: torch.Tensor, tokens: Sequence[int],
+                   tops: Sequence[int]) -> list[TokenLogprob]:
+    """Row i of ``logprobs [A, V]``: the logprob of ``tokens[i]`` and the ``tops[i]`` most likely
+    tokens with theirs (one topk for every row, cut per row)."""
+    chosen = logprobs.gather(1, torch.tensor(tokens, device=logprobs.device).unsqueeze(1))
+    k = max(tops, default=0)
+    if k == 0:
+        return [TokenLogprob(lp) for lp in chosen.squeeze(1).tolist()]
+    values, ids = logprobs.topk(k, dim=-1)  # [A, k] each, most likely first
+    return [TokenLogprob(lp, tuple(zip(i[:n], v[:n], strict=True)))
+            for lp, i, v, n in zip(chosen.squeeze(1).tolist(), ids.tolist(), values.tolist(), tops,
+                                   strict=True)]
 
 
 class Sampler:

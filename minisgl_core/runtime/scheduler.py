@@ -160,7 +160,8 @@ class SchedulerLoop:
                 request_id=rid, token_ids=tuple(out.token_ids), finish_reason=out.finish_reason,
                 prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
                 cached_tokens=getattr(out, "cached_tokens", 0),
-                detokenize=self.first_delta_info.pop(rid, None)))
+                detokenize=self.first_delta_info.pop(rid, None),
+                logprobs=tuple(getattr(out, "logprobs", ()))))
         if outputs:
             self._stats_dirty = True
 

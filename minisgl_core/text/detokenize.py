@@ -6,7 +6,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.messages import DetokenizeInfo, ErrorInfo, TextDelta, TokenBatch, TokenDelta
+from minisgl_core.messages import (
+    DetokenizeInfo,
+    ErrorInfo,
+    TextDelta,
+    TextLogprob,
+    TokenBatch,
+    TokenDelta,
+)
 from minisgl_core.text.incremental import Decode, IncrementalDetokenizer, StopCutter
 
 log = logging.getLogger(__name__)
@@ -18,13 +25,14 @@ MAX_TOMBSTONES = 65536
 class _Request:
     """One live request: where its text goes and how far it has been turned into text."""
 
-    __slots__ = ("owner", "detok", "stop", "unsent_ids")
+    __slots__ = ("owner", "detok", "stop", "unsent_ids", "unsent_logprobs")
 
     def __init__(self, owner: str, detok: IncrementalDetokenizer, stop: StopCutter | None):
         self.owner = owner
         self.detok = detok
         self.stop = stop
         self.unsent_ids: list[int] = []  # ids not yet carried by any TextDelta
+        self.unsent_logprobs: list[TextLogprob] = []  # theirs, when the request asked
 
 
 class DetokenizerRole:
@@ -49,6 +57,7 @@ class DetokenizerRole:
         # EOS ending a "stop" request is how it stopped, not text: never rendered.
         self.eos_token_ids = eos_token_ids(tokenizer, model_dir)
         self._max_hold, self._window = max_hold, window
+        self._token_text: dict[int, str] = {}  # id -> the id decoded alone (logprobs' "token")
         self._states: dict[str, _Request] = {}
         self._finished: dict[str, None] = {}  # ordered set of recently finished ids
 
@@ -111,11 +120,27 @@ class DetokenizerRole:
     def _step(self, state: _Request, delta: TokenDelta) -> TextDelta | None:
         text = self._text(state, delta.token_ids)
         state.unsent_ids.extend(delta.token_ids)
+        state.unsent_logprobs.extend(self._logprobs(delta))
         if not text:
             return None  # nothing to show yet; the ids ride on the next delta
-        ids = tuple(state.unsent_ids)
+        ids, logprobs = tuple(state.unsent_ids), tuple(state.unsent_logprobs)
         state.unsent_ids.clear()
-        return TextDelta(request_id=delta.request_id, text=text, token_ids=ids)
+        state.unsent_logprobs.clear()
+        return TextDelta(request_id=delta.request_id, text=text, token_ids=ids, logprobs=logprobs)
+
+    def _logprobs(self, delta: TokenDelta) -> list[TextLogprob]:
+        """The delta's logprobs with every token as text (each decoded alone, specials shown)."""
+        if not delta.logprobs:
+            return []
+        text = self._token_text_of
+        return [TextLogprob(tok, text(tok), lp.logprob, tuple((text(t), v) for t, v in lp.top))
+                for tok, lp in zip(delta.token_ids, delta.logprobs, strict=True)]
+
+    def _token_text_of(self, token_id: int) -> str:
+        text = self._token_text.get(token_id)
+        if text is None:  # at most one entry per vocabulary id
+            text = self._token_text[token_id] = self._decoders[False]([token_id])
+        return text
 
     def _finish(self, rid: str, state: _Request, delta: TokenDelta) -> TextDelta:
         text, error, reason = "", delta.error, delta.finish_reason
@@ -137,11 +162,15 @@ class DetokenizerRole:
         finally:
             self._states.pop(rid, None)
             self._tombstone(rid)
+        logprobs: list[TextLogprob] = []
+        if error is None:
+            logprobs = [*state.unsent_logprobs, *self._logprobs(delta)]
         return TextDelta(request_id=rid, text=text,
                          token_ids=(*state.unsent_ids, *delta.token_ids),
                          finish_reason=reason, prompt_tokens=delta.prompt_tokens,
                          completion_tokens=delta.completion_tokens,
-                         cached_tokens=delta.cached_tokens, error=error)
+                         cached_tokens=delta.cached_tokens, error=error,
+                         logprobs=tuple(logprobs))
 
     def _fail(self, rid: str, state: _Request, delta: TokenDelta, exc: Exception) -> TextDelta:
         """End a request the detokenizer cannot handle: one terminal error delta, state gone."""

@@ -231,3 +231,28 @@ def test_logit_bias_and_min_tokens_reach_the_engine(service: RunningService) -> 
     assert ids(stop_token_ids=[plain[0]]) == ([plain[0]], "stop")
     held, _ = ids(stop_token_ids=[plain[0]], min_tokens=3)
     assert len(held) >= 3 and plain[0] not in held[:3]
+
+
+def test_logprobs_through_every_process(service: RunningService) -> None:
+    client = OpenAI(base_url=f"{service.url}/v1", api_key="none")
+    kwargs = {"model": service.model_name(), "messages": [{"role": "user", "content": "hi"}],
+              "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 3,
+              "extra_body": {"ignore_eos": True, "return_token_ids": True}}
+    full = client.chat.completions.create(**kwargs)  # type: ignore[call-overload]
+    choice = full.choices[0]
+    content = choice.logprobs.content
+    assert len(content) == 6 == len(choice.token_ids)  # type: ignore[attr-defined]
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3
+        # greedy: the chosen token is the most likely one
+        assert (entry.top_logprobs[0].token, entry.top_logprobs[0].logprob) == (
+            entry.token, entry.logprob)
+    streamed = [e for c in client.chat.completions.create(stream=True, **kwargs)
+                if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content or []]
+    # the same tokens; values equal up to float noise (the repeat reuses the cached prompt)
+    assert [e.token for e in streamed] == [e.token for e in content]
+    assert [t.token for e in streamed for t in e.top_logprobs] == [
+        t.token for e in content for t in e.top_logprobs]
+    assert [t.logprob for e in streamed for t in e.top_logprobs] == pytest.approx(
+        [t.logprob for e in content for t in e.top_logprobs], abs=1e-4)

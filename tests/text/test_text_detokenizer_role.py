@@ -241,3 +241,26 @@ def test_a_failing_request_ends_alone_with_an_error(role) -> None:
     assert (final.request_id, final.finish_reason) == ("f-ok", "error")
     assert final.error is not None and final.error.type == "server_error"
     assert role.active_count() == 0
+
+
+def test_logprobs_ride_with_their_token_ids_as_text(role) -> None:
+    from minisgl_core.messages import TokenLogprob
+
+    tok = role.tokenizer
+    ids = tok.encode("😀 café")  # multi-byte characters: some ids show no text on their own
+    deltas = []
+    for k, t in enumerate(ids):
+        lp = TokenLogprob(-0.5 - k, ((t, -0.5 - k), (ids[0], -3.0)))
+        delta = TokenDelta(request_id="lp", token_ids=(t,), logprobs=(lp,),
+                           finish_reason="length" if k == len(ids) - 1 else None,
+                           completion_tokens=k + 1, detokenize=info() if k == 0 else None)
+        deltas += role.process(TokenBatch((delta,))).get("fe", [])
+    assert any(len(d.token_ids) > 1 for d in deltas)  # held-back ids came later, together
+    for d in deltas:
+        assert [e.token_id for e in d.logprobs] == list(d.token_ids)
+    entries = [e for d in deltas for e in d.logprobs]
+    assert [e.logprob for e in entries] == [-0.5 - k for k in range(len(ids))]
+    assert [e.token for e in entries] == [tok.decode([t]) for t in ids]
+    assert all(e.top[1] == (tok.decode([ids[0]]), -3.0) for e in entries)
+    plain = run(role, "plain", ids, info())  # a request that did not ask gets none
+    assert all(d.logprobs == () for d in plain)

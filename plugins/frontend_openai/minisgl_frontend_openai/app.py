@@ -143,7 +143,8 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
             for j in range(req.choices_per_prompt)]
         fmt = ChatFormat(response_id=f"chatcmpl-{rid}", model=model, created=int(now),
                          include_usage=req.include_usage,
-                         return_token_ids=bool(req.return_token_ids))
+                         return_token_ids=bool(req.return_token_ids),
+                         logprobs=sampling.logprobs is not None)
         return await _answer(request, engine_requests, fmt, req.choices_per_prompt,
                              bool(req.stream))
 
@@ -166,7 +167,8 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
                     arrival_time=now))
         fmt = CompletionFormat(response_id=f"cmpl-{rid}", model=model, created=int(now),
                                include_usage=req.include_usage,
-                               return_token_ids=bool(req.return_token_ids))
+                               return_token_ids=bool(req.return_token_ids),
+                               logprobs=sampling.logprobs is not None)
         return await _answer(request, engine_requests, fmt, n, bool(req.stream))
 
     async def _answer(request: Request, engine_requests: Sequence[GenerateRequest],
@@ -220,12 +222,12 @@ async def _stream_body(gen: Generation, fmt: CompletionFormat, n: int) -> AsyncI
         for chunk in fmt.first_chunks(n):
             yield frame(chunk)
         async for index, delta in gen.events():
-            ids = delta.token_ids
+            ids, logprobs = delta.token_ids, delta.logprobs
             if delta.text:
-                yield frame(fmt.text_chunk(index, delta.text, ids))
-                ids = ()
+                yield frame(fmt.text_chunk(index, delta.text, ids, logprobs))
+                ids, logprobs = (), ()
             if delta.finish_reason is not None:
-                yield frame(fmt.final_chunk(index, delta.finish_reason, ids))
+                yield frame(fmt.final_chunk(index, delta.finish_reason, ids, logprobs))
         if fmt.include_usage:
             yield frame(fmt.usage_chunk(gen.usage()))
     except APIError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from minisgl_core.messages import TextLogprob
 from minisgl_frontend_openai.generation import ChoiceState, Usage
 
 
@@ -12,24 +13,42 @@ class CompletionFormat:
     """``text_completion`` objects: one for the whole answer, or one per stream chunk.
 
     With ``return_token_ids`` (as vLLM spells it) every choice, and every stream chunk that
-    carries new tokens, has ``token_ids``: the generated ids (EOS included), in order.
+    carries new tokens, has ``token_ids``: the generated ids (EOS included), in order. With
+    ``logprobs``, the same tokens' logprobs in the legacy completions shape (``tokens``,
+    ``token_logprobs``, ``top_logprobs``, ``text_offset``).
     """
 
     object_name = "text_completion"
     chunk_object_name = "text_completion"
 
     def __init__(self, *, response_id: str, model: str, created: int,
-                 include_usage: bool, return_token_ids: bool = False) -> None:
+                 include_usage: bool, return_token_ids: bool = False,
+                 logprobs: bool = False) -> None:
         self.response_id = response_id
         self.model = model
         self.created = created
         self.include_usage = include_usage
         self.return_token_ids = return_token_ids
+        self.logprobs = logprobs
+        self._offsets: dict[int, int] = {}  # choice -> text offset of its next token
 
-    def _with_ids(self, choice: dict[str, Any], token_ids: Sequence[int]) -> dict[str, Any]:
+    def _with_ids(self, choice: dict[str, Any], token_ids: Sequence[int],
+                  logprobs: Sequence[TextLogprob] = ()) -> dict[str, Any]:
         if self.return_token_ids:
             choice["token_ids"] = list(token_ids)
+        if self.logprobs and logprobs:
+            choice["logprobs"] = self._logprobs(choice["index"], logprobs)
         return choice
+
+    def _logprobs(self, index: int, entries: Sequence[TextLogprob]) -> dict[str, Any]:
+        offsets, at = [], self._offsets.get(index, 0)
+        for e in entries:
+            offsets.append(at)
+            at += len(e.token)
+        self._offsets[index] = at
+        return {"tokens": [e.token for e in entries],
+                "token_logprobs": [e.logprob for e in entries],
+                "top_logprobs": [dict(e.top) for e in entries], "text_offset": offsets}
 
     def _envelope(self, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         out = {"id": self.response_id, "object": obj, "created": self.created,
@@ -45,15 +64,16 @@ class CompletionFormat:
         """Chunks sent before any text (none for text completions)."""
         return []
 
-    def text_chunk(self, index: int, text: str, token_ids: Sequence[int] = ()) -> dict[str, Any]:
+    def text_chunk(self, index: int, text: str, token_ids: Sequence[int] = (),
+                   logprobs: Sequence[TextLogprob] = ()) -> dict[str, Any]:
         """A non-final chunk with new text (``finish_reason: null``) and the ids behind it."""
-        choice = self._with_ids(self._chunk_choice(index, text, None), token_ids)
+        choice = self._with_ids(self._chunk_choice(index, text, None), token_ids, logprobs)
         return self._envelope(self.chunk_object_name, [choice])
 
-    def final_chunk(self, index: int, reason: str,
-                    token_ids: Sequence[int] = ()) -> dict[str, Any]:
+    def final_chunk(self, index: int, reason: str, token_ids: Sequence[int] = (),
+                    logprobs: Sequence[TextLogprob] = ()) -> dict[str, Any]:
         """The one chunk per choice that carries its finish reason (and ids not sent yet)."""
-        choice = self._with_ids(self._final_choice(index, reason), token_ids)
+        choice = self._with_ids(self._final_choice(index, reason), token_ids, logprobs)
         return self._envelope(self.chunk_object_name, [choice])
 
     def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
@@ -67,9 +87,9 @@ class CompletionFormat:
 
     def full(self, choices: Sequence[ChoiceState], usage: Usage) -> dict[str, Any]:
         """The non-streaming response."""
-        out = self._envelope(self.object_name, [self._with_ids(self._full_choice(i, c),
-                                                               c.token_ids)
-                                                for i, c in enumerate(choices)])
+        out = self._envelope(self.object_name, [
+            self._with_ids(self._full_choice(i, c), c.token_ids, c.logprobs)
+            for i, c in enumerate(choices)])
         out["usage"] = usage.as_dict()
         return out
 
@@ -91,6 +111,10 @@ class ChatFormat(CompletionFormat):
     def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
         return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
 
+    def _logprobs(self, index: int, entries: Sequence[TextLogprob]) -> dict[str, Any]:
+        return {"content": [{**_token(e.token, e.logprob), "top_logprobs": [
+            _token(token, logprob) for token, logprob in e.top]} for e in entries]}
+
     def first_chunks(self, n: int) -> list[dict[str, Any]]:
         """One chunk per choice announcing the assistant role, with empty content."""
         return [self._envelope(self.chunk_object_name, [
@@ -100,3 +124,7 @@ class ChatFormat(CompletionFormat):
     def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
         return {"index": index, "message": {"role": "assistant", "content": "".join(choice.text)},
                 "logprobs": None, "finish_reason": choice.finish_reason}
+
+
+def _token(token: str, logprob: float) -> dict[str, Any]:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}

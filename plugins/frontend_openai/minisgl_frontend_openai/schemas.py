@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minisgl_core.messages import ChatMessage, SamplingParams
+from minisgl_core.messages import MAX_LOGPROBS, ChatMessage, SamplingParams
 from minisgl_frontend_openai.errors import APIError, bad_request
 
 MAX_N = 16  # choices per prompt
@@ -25,6 +25,7 @@ MAX_TOKEN_ID = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+TopCount = Annotated[int, Field(ge=0, le=MAX_LOGPROBS)]
 Count = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 
 _CHAT_ROLES = {"system": "system", "developer": "system", "user": "user",
@@ -49,7 +50,7 @@ def _empty(v: Any) -> bool:
 
 # name -> "this value is neutral"; any other value is a 400 rather than a silent no-op
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
-    "logprobs": _off, "top_logprobs": _zero, "prompt_logprobs": _none,
+    "prompt_logprobs": _none,
     "response_format": lambda v: v is None or v == {"type": "text"},
     "tools": _empty, "tool_choice": lambda v: v is None or v == "none", "functions": _empty,
     "function_call": lambda v: v is None or v == "none", "echo": _off, "suffix": _empty,
@@ -154,7 +155,7 @@ class _GenerationRequest(_Strict):
             "repetition_penalty": self.repetition_penalty, "seed": self.seed, "stop": stop,
             "stop_token_ids": tuple(self.stop_token_ids or ()), "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens, "min_tokens": self.min_tokens,
-            "logit_bias": self._logit_bias(),
+            "logit_bias": self._logit_bias(), "logprobs": self.top_count(),
         }
         kwargs = {k: v for k, v in values.items() if v is not None or k == "max_tokens"}
         try:
@@ -165,6 +166,10 @@ class _GenerationRequest(_Strict):
             raise bad_request(message, param=param if field == "max_tokens" else
                               (field if field in values else None)) from None
 
+
+    def top_count(self) -> int | None:
+        """How many top alternatives each token's logprob comes with; None: no logprobs."""
+        return None
 
     def _logit_bias(self) -> tuple[tuple[int, float], ...] | None:
         if not self.logit_bias:
@@ -205,6 +210,15 @@ class ChatCompletionRequest(_GenerationRequest):
     """POST /v1/chat/completions."""
 
     messages: list[Message]
+    logprobs: bool | None = None
+    top_logprobs: TopCount | None = None
+
+    def top_count(self) -> int | None:
+        if not self.logprobs:
+            if self.top_logprobs is not None:
+                raise bad_request("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+            return None
+        return self.top_logprobs or 0
 
     def chat_messages(self) -> tuple[ChatMessage, ...]:
         """The conversation as minisgl ChatMessages (content parts joined by newlines)."""
@@ -241,6 +255,10 @@ class CompletionRequest(_GenerationRequest):
     """POST /v1/completions."""
 
     prompt: Any
+    logprobs: TopCount | None = None  # the legacy form: how many top alternatives per token
+
+    def top_count(self) -> int | None:
+        return self.logprobs
 
     def prompts(self) -> list[Prompt]:
         """A string, a list of strings, token ids, or a list of token-id lists -> prompts."""

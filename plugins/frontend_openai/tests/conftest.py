@@ -21,7 +21,7 @@ import pytest
 from minisgl_frontend_openai.server import OpenAIFrontend
 
 from minisgl_core.client import EngineOverloaded, EngineUnavailable
-from minisgl_core.messages import ErrorInfo, GenerateRequest, TextDelta
+from minisgl_core.messages import ErrorInfo, GenerateRequest, TextDelta, TextLogprob
 
 WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta")
 UNICODE = ("h\u00e9", " \U0001f600", " \u4e2d", "\u6587", " \u00fc", "!")
@@ -115,8 +115,10 @@ class ScriptedEngineClient:
                 return
             last = i == len(outputs) - 1
             end = ("abort" if "[abort]" in text else reason) if last else None
+            logprobs = () if sp.logprobs is None else (TextLogprob(i, piece, -0.5 * i, tuple(
+                (f"alt{k}", -1.0 - k) for k in range(sp.logprobs))),)
             yield wait, TextDelta(**base, text=piece, token_ids=(i,), completion_tokens=i + 1,
-                                  finish_reason=end)
+                                  finish_reason=end, logprobs=logprobs)
         if not outputs:
             yield first, TextDelta(**base, finish_reason=reason)
 

@@ -237,3 +237,41 @@ def test_cached_tokens_are_reported_only_when_present(server: Any, http: httpx.C
     assert cached["usage"]["prompt_tokens_details"] == {"cached_tokens": 2}
     plain = http.post(server.url + "/completions", json={"prompt": "x y", "max_tokens": 1})
     assert "prompt_tokens_details" not in plain.json()["usage"]
+
+
+def test_chat_logprobs_in_the_openai_shape(server: Any, engine: Any) -> None:
+    client = sdk(server)
+    full = client.chat.completions.create(model="scripted-model", messages=chat("lp chat"),
+                                          max_tokens=4, logprobs=True, top_logprobs=2)
+    content = full.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert [c.token for c in content] == [" alpha", " beta", " gamma", " delta"]
+    assert [c.logprob for c in content] == [0.0, -0.5, -1.0, -1.5]
+    assert content[1].bytes == list(b" beta")
+    assert [(t.token, t.logprob) for t in content[0].top_logprobs] == [("alt0", -1.0),
+                                                                      ("alt1", -2.0)]
+    chunks = list(client.chat.completions.create(
+        model="scripted-model", messages=chat("lp chat"), max_tokens=4, logprobs=True,
+        top_logprobs=2, stream=True))
+    streamed = [c for ch in chunks if ch.choices[0].logprobs
+                for c in ch.choices[0].logprobs.content or []]
+    assert [c.model_dump() for c in streamed] == [c.model_dump() for c in content]
+    assert engine.requests_with("lp chat")[0].sampling.logprobs == 2
+    plain = client.chat.completions.create(model="scripted-model", messages=chat("lp none"),
+                                           max_tokens=2, logprobs=False)
+    assert plain.choices[0].logprobs is None
+    assert engine.requests_with("lp none")[0].sampling.logprobs is None
+
+
+def test_completion_logprobs_in_the_legacy_shape(server: Any, engine: Any,
+                                                 http: httpx.Client) -> None:
+    body = {"prompt": "lp legacy", "max_tokens": 3, "logprobs": 1}
+    (choice,) = http.post(server.url + "/completions", json=body).json()["choices"]
+    assert choice["logprobs"] == {"tokens": [" alpha", " beta", " gamma"],
+                                  "token_logprobs": [0.0, -0.5, -1.0],
+                                  "top_logprobs": [{"alt0": -1.0}] * 3,
+                                  "text_offset": [0, 6, 11]}
+    events = raw_stream(server, http, "/completions", {**body, "stream": True})
+    parts = [e["choices"][0]["logprobs"] for e in events if e["choices"][0]["logprobs"]]
+    assert [o for p in parts for o in p["text_offset"]] == [0, 6, 11]  # offsets run on
+    assert [t for p in parts for t in p["tokens"]] == choice["logprobs"]["tokens"]
+    assert engine.requests_with("lp legacy")[0].sampling.logprobs == 1

@@ -49,8 +49,10 @@ BAD_CHAT = [
                                             "max_completion_tokens"),
     ({"max_tokens": 3, "max_completion_tokens": 4}, "max_completion_tokens"),
     ({"temperature": "hot"}, "temperature"), ({"ignore_eos": "yes"}, "ignore_eos"),
-    ({"seed": 2**64}, "seed"), ({"n": 2.0}, "n"), ({"logprobs": True}, "logprobs"),
-    ({"top_logprobs": 2}, "top_logprobs"), ({"logit_bias": {"five": 1}}, "logit_bias"),
+    ({"seed": 2**64}, "seed"), ({"n": 2.0}, "n"), ({"logprobs": "yes"}, "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21},
+                                            "top_logprobs"),
+    ({"logit_bias": {"five": 1}}, "logit_bias"),
     ({"logit_bias": {"-5": 1}}, "logit_bias"), ({"logit_bias": {"5": 101}}, "logit_bias"),
     ({"logit_bias": {str(i): 1 for i in range(1025)}}, "logit_bias"),
     ({"logit_bias": {"5": "up"}}, "logit_bias.5"),
@@ -82,7 +84,8 @@ BAD_COMPLETIONS = [
     {"prompt": ""}, {"prompt": []}, {"prompt": [[]]}, {"prompt": [-1]}, {"prompt": [1, "a"]},
     {"prompt": [[1], "a"]}, {"prompt": {"text": "x"}}, {"prompt": ["x"] * 65},
     {"prompt": ["x"] * 5, "n": 16}, {"prompt": "x", "echo": True},
-    {"prompt": "x", "suffix": "y"}, {"prompt": "x", "logprobs": 0},
+    {"prompt": "x", "suffix": "y"}, {"prompt": "x", "logprobs": 21},
+    {"prompt": "x", "logprobs": True}, {"prompt": "x", "logprobs": -1},
 ]
 
 
@@ -97,8 +100,8 @@ def test_missing_prompt_and_unsupported_params_name_the_field(server: Any,
     error = assert_error(http.post(server.url + "/completions", json={"max_tokens": 2}), 400,
                          param="prompt")
     assert "required" in error["message"]
-    assert_error(http.post(server.url + "/completions", json={"prompt": "x", "logprobs": 2}),
-                 400, param="logprobs", code="unsupported_parameter")
+    assert_error(http.post(server.url + "/completions", json={"prompt": "x", "echo": True}),
+                 400, param="echo", code="unsupported_parameter")
     still_serving(server, http)
 
 
@@ -114,7 +117,8 @@ def test_malformed_bodies_are_400(server: Any, raw: bytes, http: httpx.Client) -
 def test_openai_client_sees_bad_request(server: Any) -> None:
     client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="scripted-model", messages=chat("x"), logprobs=True)
+        client.chat.completions.create(model="scripted-model", messages=chat("x"),
+                                       response_format={"type": "json_object"})
     assert "not supported" in err.value.message
 
 
