@@ -113,3 +113,24 @@ def test_both_frontends_share_batches(both: tuple[RunningService, str]) -> None:
     assert peak >= 4, f"at most {peak} requests shared a step"
     print(f"peak batch of 4 gRPC + 4 HTTP requests: {peak:.0f}")
     assert _idle(svc.wait_metrics(_idle, 2.0))
+
+
+def test_grpc_logprobs_equal_the_openai_ones(both: tuple[RunningService, str]) -> None:
+    from minisgl_frontend_grpc.client import build_request, stream_generate
+
+    svc, url = both
+    request = build_request("Once upon a time", max_tokens=6, temperature=0.0)
+    request.sampling.ignore_eos = True
+    request.sampling.logprobs = 2
+    entries = [e for msg in stream_generate(url, request, timeout=60) for e in msg.logprobs]
+    (choice,) = httpx.post(f"{svc.url}/v1/completions", timeout=60, json={
+        "model": svc.model_name(), "prompt": "Once upon a time", "max_tokens": 6,
+        "temperature": 0, "ignore_eos": True, "logprobs": 2}).json()["choices"]
+    want = choice["logprobs"]
+    assert [e.token for e in entries] == want["tokens"]
+    # float32 on the wire; the second request may reuse the cached prompt: float noise only
+    assert [e.logprob for e in entries] == pytest.approx(want["token_logprobs"], abs=1e-4)
+    assert [{t.token: t.logprob for t in e.top} for e in entries] == [
+        pytest.approx(d, abs=1e-4) for d in want["top_logprobs"]]
+    plain = build_request("Once upon a time", max_tokens=2)
+    assert all(not msg.logprobs for msg in stream_generate(url, plain, timeout=60))

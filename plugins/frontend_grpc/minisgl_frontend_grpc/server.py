@@ -81,7 +81,8 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
                     return
                 if delta.text or delta.token_ids:  # skip empty deltas: they say nothing
                     await context.write(pb2.GenerateResponse(
-                        request_id=rid, text=delta.text, token_ids=delta.token_ids))
+                        request_id=rid, text=delta.text, token_ids=delta.token_ids,
+                        logprobs=_logprobs(delta)))
             finished = True  # the engine ended the stream without a terminal delta: a bug
             await context.abort(grpc.StatusCode.INTERNAL,
                                 f"request {rid}: the engine stream ended without a finish reason")
@@ -107,7 +108,14 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
                           completion_tokens=delta.completion_tokens)
         await context.write(pb2.GenerateResponse(
             request_id=rid, text=delta.text, token_ids=delta.token_ids,
-            finish_reason=delta.finish_reason, usage=usage))
+            finish_reason=delta.finish_reason, usage=usage, logprobs=_logprobs(delta)))
+
+
+def _logprobs(delta: TextDelta) -> list[Any]:
+    """The delta's logprobs as TokenLogprob messages (none unless the request asked)."""
+    return [pb2.TokenLogprob(token_id=e.token_id, token=e.token, logprob=e.logprob,
+                             top=[pb2.TopLogprob(token=t, logprob=v) for t, v in e.top])
+            for e in delta.logprobs]
 
 
 async def _close(stream: AsyncIterator[TextDelta], client: EngineClient, rid: str, *,
