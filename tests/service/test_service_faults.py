@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,27 +12,45 @@ import httpx
 import psutil
 import pytest
 
-from minisgl_core.testing.service import launch_service
+from minisgl_core.testing.service import RunningService, launch_service
 
 ARGS = ["--max-seq-len-override", "512", "--num-pages", "128"]
+
+
+def _kill_mid_stream(svc: RunningService, scheduler: psutil.Process,
+                     body: dict[str, object]) -> tuple[list[str], float | None]:
+    """Stream one request; after 6 lines freeze the scheduler and, if the request is still
+    unfinished at the launcher, SIGKILL it. The lines, and when it was killed (None: the tiny
+    model had already finished, so the scheduler was let go and the stream drained)."""
+    lines: list[str] = []
+    killed_at = None
+    with httpx.stream("POST", f"{svc.url}/v1/chat/completions", json=body, timeout=20) as resp:
+        for line in resp.iter_lines():
+            lines.append(line)
+            if len(lines) == 6:
+                scheduler.suspend()  # frozen, it cannot finish the request while we look
+                time.sleep(0.3)  # what it sent before the freeze reaches the launcher
+                if svc.metrics()["minisgl_frontend_requests_inflight"] == 1:
+                    scheduler.kill()
+                    killed_at = time.monotonic()
+                else:
+                    scheduler.resume()
+    return lines, killed_at
 
 
 @pytest.mark.parametrize("transport", ["zmq", "nng"])
 def test_scheduler_killed_mid_stream(tiny_model: str, tmp_path: Path, transport: str) -> None:
     svc = launch_service(tiny_model, transport=transport, args=ARGS, log_dir=tmp_path)
     try:
-        scheduler = next(p for p in svc.worker_pids
-                         if "scheduler" in " ".join(psutil.Process(p).cmdline()))
+        scheduler = svc.workers()["scheduler"]
         body = {"model": svc.model_name(), "max_tokens": 400, "stream": True, "ignore_eos": True,
                 "messages": [{"role": "user", "content": "go"}]}
-        lines = []
-        with httpx.stream("POST", f"{svc.url}/v1/chat/completions", json=body,
-                          timeout=20) as resp:
-            for line in resp.iter_lines():
-                lines.append(line)
-                if len(lines) == 6:
-                    os.kill(scheduler, signal.SIGKILL)
-        killed_at = time.monotonic()
+        for _ in range(5):  # bounded: one 400-token request per try
+            lines, killed_at = _kill_mid_stream(svc, scheduler, body)
+            if killed_at is not None:
+                break
+        else:
+            pytest.fail("every request had finished before the scheduler was frozen")
         assert any(line.startswith("data: {\"error\"") for line in lines), lines[-4:]
         assert lines[-2:] == ["data: [DONE]", ""] or lines[-1] == "data: [DONE]"
         svc.proc.wait(10)
