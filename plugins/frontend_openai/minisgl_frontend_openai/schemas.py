@@ -40,10 +40,6 @@ def _off(v: Any) -> bool:
     return v is None or v is False
 
 
-def _zero(v: Any) -> bool:
-    return v is None or (type(v) is int and v == 0)
-
-
 def _empty(v: Any) -> bool:
     return v is None or v in ({}, [], "")
 
@@ -165,7 +161,6 @@ class _GenerationRequest(_Strict):
             field = message.split(" ", 1)[0]
             raise bad_request(message, param=param if field == "max_tokens" else
                               (field if field in values else None)) from None
-
 
     def top_count(self) -> int | None:
         """How many top alternatives each token's logprob comes with; None: no logprobs."""
