@@ -122,8 +122,9 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
                for fid in frontend_ids}
     config = _tp_config(config, transport)
     ranks = config.local_ranks()
-    # the local ranks share the cores (at least one thread each)
-    threads = max(1, (config.num_threads or os.cpu_count() or 1) // len(ranks))
+    from minisgl_core.engine.config import threads_per_rank
+
+    threads = threads_per_rank(config.num_threads, len(ranks))
     common = {"config": config, "endpoints": endpoints, "model_dir": model_dir,
               "max_context": max_context, "plugin_modules": plugin_modules}
     specs = [WorkerSpec(role=role, **common) for role in ("tokenizer", "detokenizer")]  # type: ignore[arg-type]

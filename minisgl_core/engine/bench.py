@@ -99,7 +99,7 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     """
     import torch
 
-    from minisgl_core.engine.config import EngineConfig
+    from minisgl_core.engine.config import EngineConfig, threads_per_rank
     from minisgl_core.engine.engine import Engine
     from minisgl_core.engine.weights import resolve_model
 
@@ -113,7 +113,7 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
         f"prompt, best of {repeat}")
     # no prefix cache: repeated runs of the same prompts must cost what the first one did, as
     # they do for transformers
-    per_rank = max(1, threads // tp)
+    per_rank = threads_per_rank(threads, tp)
     config = EngineConfig(model=str(path), num_threads=per_rank, cache="naive",
                           max_running_requests=max(128, *batch_sizes))
     if tp == 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,12 @@ from typing import Any
 # Fallback KV pool size when num_pages is not given: enough for the context of a few requests
 # without pushing a 135M-parameter fp32 model's process past ~1.5 GiB.
 DEFAULT_KV_CACHE_BYTES = 384 * 1024 * 1024
+
+
+def threads_per_rank(total: int | None, ranks: int) -> int:
+    """Torch threads for each of ``ranks`` tensor-parallel ranks on one host, which share
+    ``total`` threads (None: every core) between them, at least one each."""
+    return max(1, (total or os.cpu_count() or 1) // ranks)
 
 
 @dataclass(frozen=True)

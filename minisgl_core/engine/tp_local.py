@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import subprocess
 import sys
 import threading
 import weakref
 from typing import Any
 
-from minisgl_core.engine.config import EngineConfig
+from minisgl_core.engine.config import EngineConfig, threads_per_rank
 from minisgl_core.engine.engine import Engine
 from minisgl_core.ports import free_port
 
@@ -30,9 +29,7 @@ class LocalGroup:
         if size < 2:
             raise ValueError(f"a tensor-parallel group needs 2 ranks or more, got {size}")
         port = free_port(ADDR)
-        threads = config.num_threads
-        if threads is None and config.device == "cpu":  # the ranks share this host's cores
-            threads = max(1, (os.cpu_count() or 1) // size)
+        threads = threads_per_rank(config.num_threads, size)  # the ranks share this host's cores
         self.followers = [_start_follower(config, rank, size, port, threads, timeout_s)
                           for rank in range(1, size)]
         # close() also runs at exit or collection: a follower never outlives this group
@@ -79,15 +76,14 @@ class LocalGroup:
 
 
 def _start_follower(config: EngineConfig, rank: int, size: int, port: int,
-                    threads: int | None, timeout_s: float) -> subprocess.Popen[bytes]:
-    # one device per rank on this host: cuda -> cuda:<rank>; cpu stays cpu
-    device = f"cuda:{rank}" if config.device == "cuda" else config.device
+                    threads: int, timeout_s: float) -> subprocess.Popen[bytes]:
+    from minisgl_core.engine.tp_rank import local_device
+    from minisgl_core.runtime.worker import die_with_parent
+
     cmd = [sys.executable, "-m", "minisgl_core", "tp-worker", "--rank", str(rank),
            "--tp", str(size), "--dist-addr", ADDR, "--dist-port", str(port),
-           "--model", config.model, "--device", device, "--timeout", str(timeout_s)]
-    if threads is not None:
-        cmd += ["--num-threads", str(threads)]
-    from minisgl_core.runtime.worker import die_with_parent
+           "--model", config.model, "--device", local_device(config.device, rank),
+           "--timeout", str(timeout_s), "--num-threads", str(threads)]
 
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
 
