@@ -45,6 +45,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     min_tokens: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None  # None: none; k: each token's logprob and the top k at its step
+    prompt_logprobs: int | None = None  # None: none; k: each prompt token's and the top k
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -86,6 +87,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             return "logit_bias values must be numbers in [-100, 100]"
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             return f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}"
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_LOGPROBS:
+            return f"prompt_logprobs must be in [0, {MAX_LOGPROBS}], got {self.prompt_logprobs}"
         return None
 
     @property
@@ -169,6 +172,14 @@ class TokenLogprob(msgspec.Struct, frozen=True, array_like=True):
     top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
 
 
+class PromptLogprobs(msgspec.Struct, frozen=True):
+    """A prompt's log-probabilities: ``entries[i]`` is token ``i + 1``'s (the first has none)."""
+
+    token_ids: tuple[int, ...]  # the whole prompt
+    entries: tuple[TokenLogprob, ...]  # len(token_ids) - 1
+    ranks: tuple[int, ...]  # entries[i]'s token's rank in the vocabulary (1: the most likely)
+
+
 class TokenDelta(msgspec.Struct, frozen=True):
     """New token ids of one request from one engine step; ``finish_reason`` set marks the end."""
 
@@ -181,6 +192,7 @@ class TokenDelta(msgspec.Struct, frozen=True):
     detokenize: DetokenizeInfo | None = None  # present on a request's first delta only
     error: ErrorInfo | None = None
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when the request asked
+    prompt_logprobs: PromptLogprobs | None = None  # on the first delta, when the request asked
 
 
 class TokenBatch(msgspec.Struct, frozen=True, tag="token_batch"):
@@ -201,6 +213,15 @@ class TextLogprob(msgspec.Struct, frozen=True, array_like=True):
     top: tuple[tuple[str, float], ...] = ()
 
 
+class TextPromptLogprobs(msgspec.Struct, frozen=True):
+    """PromptLogprobs with text: the prompt decoded, and each token and alternative alone."""
+
+    text: str  # the prompt's ids decoded together, special tokens kept
+    logprobs: PromptLogprobs
+    tokens: tuple[str, ...]  # logprobs.token_ids[i] decoded alone
+    top_tokens: tuple[tuple[str, ...], ...]  # logprobs.entries[i].top's ids, decoded alone
+
+
 class TextDelta(msgspec.Struct, frozen=True):
     """New text of one request; exactly one delta per request carries a finish_reason."""
 
@@ -213,6 +234,7 @@ class TextDelta(msgspec.Struct, frozen=True):
     cached_tokens: int = 0
     error: ErrorInfo | None = None
     logprobs: tuple[TextLogprob, ...] = ()  # one per token id, when the request asked
+    prompt_logprobs: TextPromptLogprobs | None = None  # on the first delta, when asked
 
 
 class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from minisgl_core.engine import prompt_logprobs
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
@@ -175,6 +176,8 @@ class Engine:
         if sampling.stop:
             # a stop string of c characters spans at most 4c one-byte tokens, plus one partial
             req.stop_window = 4 * max(len(s) for s in sampling.stop) + 2
+        if sampling.prompt_logprobs is not None:
+            req.prompt_lp = prompt_logprobs.PromptLogprobState(sampling.prompt_logprobs)
         self.sampler.prepare(req)
         self.requests[request_id] = req
         self.scheduler.add(req)
@@ -217,7 +220,11 @@ class Engine:
         rows: list[int] = list(range(len(batch.decode)))
         to_sample: list[Request] = list(batch.decode)
         row = len(ids)
+        chunks: list[prompt_logprobs.Chunk] = []
         for r, n in batch.prefill:
+            if r.prompt_lp is not None:
+                chunks.append(prompt_logprobs.Chunk(r.prompt_lp, r.prompt_ids, r.num_cached,
+                                                    row, n))
             ids.extend(r.token_slice(r.num_cached, r.num_cached + n))
             row += n
             if r.num_cached + n == r.num_tokens:
@@ -230,6 +237,8 @@ class Engine:
         meta = build_metadata(decode, prefill, self.page_size, self.device)
         input_ids = torch.tensor(ids, device=self.device)
         hidden = self.model.forward(input_ids, meta, self.kv, self.workspace)
+        if chunks:
+            prompt_logprobs.collect(chunks, hidden, self.model.logits)
         for r in batch.decode:
             r.num_cached += 1
         for r, n in batch.prefill:
@@ -281,7 +290,8 @@ class Engine:
             self.scheduler.remove(req)
         return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
                           len(req.output_ids), req.cached_tokens,
-                          () if logprob is None else (logprob,))
+                          () if logprob is None else (logprob,),
+                          prompt_logprobs.take(req.prompt_lp, req.prompt_ids))
 
     def _finish_reason(self, req: Request, token: int) -> StopReason | None:
         s = req.sampling

@@ -28,6 +28,8 @@ class RequestOutput:
     text: str
     finish_reason: str
     logprobs: list[TokenLogprob] | None = None  # one per token id, when sampling.logprobs is set
+    # one per prompt token (None for the first), when sampling.prompt_logprobs is set
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
@@ -115,12 +117,15 @@ class LLM:
         tokens: dict[str, list[int]] = {rid: [] for rid in ids}
         logprobs: dict[str, list[TokenLogprob]] = {rid: [] for rid in ids}
         reasons: dict[str, str] = {}
+        prompt_lps: dict[str, list[TokenLogprob | None]] = {}
         try:
             for rid, (_, prompt_ids), sp in zip(ids, items, params, strict=True):
                 engine.add_request(rid, prompt_ids, sp)
             for out in engine.run_until_idle():
                 tokens[out.request_id].extend(out.token_ids)
                 logprobs[out.request_id].extend(out.logprobs)
+                if out.prompt_logprobs is not None:
+                    prompt_lps[out.request_id] = [None, *out.prompt_logprobs.entries]
                 if out.finish_reason is not None:
                     reasons[out.request_id] = out.finish_reason
         finally:
@@ -133,5 +138,6 @@ class LLM:
             if sp.stop and reasons[rid] == "stop":
                 text = cut_at_stop(text, sp.stop)
             results.append(RequestOutput(rid, prompt, prompt_ids, tokens[rid], text, reasons[rid],
-                                         None if sp.logprobs is None else logprobs[rid]))
+                                         None if sp.logprobs is None else logprobs[rid],
+                                         prompt_lps.get(rid)))
         return results

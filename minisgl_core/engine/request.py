@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 
-from minisgl_core.messages import SamplingParams, TokenLogprob
+from minisgl_core.messages import PromptLogprobs, SamplingParams, TokenLogprob
 
 StopReason = Literal["stop", "length"]
 
@@ -40,6 +40,7 @@ class StepOutput:
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens the prefix cache supplied when it was admitted
     logprobs: tuple[TokenLogprob, ...] = ()  # for each of token_ids, when the request asked
+    prompt_logprobs: PromptLogprobs | None = None  # on the first output, when the request asked
 
 
 class State(enum.Enum):
@@ -73,6 +74,7 @@ class Request:
     cached_tokens: int = 0  # prefix-cache hit at its first admission (reported in outputs)
     cache_node: Any = None  # radix_cache.Node it locks while running (None: holds no lock)
     num_shared_pages: int = 0  # pages[:num_shared_pages] belong to the prefix cache's tree
+    prompt_lp: Any = None  # prompt_logprobs.PromptLogprobState when sampling.prompt_logprobs
 
     @property
     def num_tokens(self) -> int:

@@ -18,6 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from minisgl_core.engine.kv_cache import PageAllocator
+from minisgl_core.engine.prompt_logprobs import needs_positions
 from minisgl_core.engine.radix_cache import RadixCache
 from minisgl_core.engine.request import Request, State
 
@@ -121,7 +122,9 @@ class Scheduler:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             req = self.waiting[0]
-            hit = self.cache.admit(req) if self.cache is not None else 0
+            # a request still collecting prompt logprobs must compute every prompt position
+            bypass = needs_positions(req.prompt_lp, len(req.prompt_ids))
+            hit = self.cache.admit(req) if self.cache is not None and not bypass else 0
             n = min(req.num_tokens - hit, budget)
             # keep one page per running request so admissions do not force instant preemptions
             reserve = len(self.running)

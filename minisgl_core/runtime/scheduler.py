@@ -161,7 +161,8 @@ class SchedulerLoop:
                 prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
                 cached_tokens=getattr(out, "cached_tokens", 0),
                 detokenize=self.first_delta_info.pop(rid, None),
-                logprobs=tuple(getattr(out, "logprobs", ()))))
+                logprobs=tuple(getattr(out, "logprobs", ())),
+                prompt_logprobs=getattr(out, "prompt_logprobs", None)))
         if outputs:
             self._stats_dirty = True
 

@@ -9,8 +9,10 @@ from typing import Any
 from minisgl_core.messages import (
     DetokenizeInfo,
     ErrorInfo,
+    PromptLogprobs,
     TextDelta,
     TextLogprob,
+    TextPromptLogprobs,
     TokenBatch,
     TokenDelta,
 )
@@ -25,7 +27,7 @@ MAX_TOMBSTONES = 65536
 class _Request:
     """One live request: where its text goes and how far it has been turned into text."""
 
-    __slots__ = ("owner", "detok", "stop", "unsent_ids", "unsent_logprobs")
+    __slots__ = ("owner", "detok", "stop", "unsent_ids", "unsent_logprobs", "unsent_prompt")
 
     def __init__(self, owner: str, detok: IncrementalDetokenizer, stop: StopCutter | None):
         self.owner = owner
@@ -33,6 +35,7 @@ class _Request:
         self.stop = stop
         self.unsent_ids: list[int] = []  # ids not yet carried by any TextDelta
         self.unsent_logprobs: list[TextLogprob] = []  # theirs, when the request asked
+        self.unsent_prompt: TextPromptLogprobs | None = None  # until a TextDelta carries it
 
 
 class DetokenizerRole:
@@ -118,15 +121,26 @@ class DetokenizerRole:
         return state.stop.feed(text) if state.stop is not None and text else text
 
     def _step(self, state: _Request, delta: TokenDelta) -> TextDelta | None:
+        if delta.prompt_logprobs is not None:
+            state.unsent_prompt = self._prompt_logprobs(delta.prompt_logprobs)
         text = self._text(state, delta.token_ids)
         state.unsent_ids.extend(delta.token_ids)
         state.unsent_logprobs.extend(self._logprobs(delta))
-        if not text:
+        if not text and state.unsent_prompt is None:
             return None  # nothing to show yet; the ids ride on the next delta
         ids, logprobs = tuple(state.unsent_ids), tuple(state.unsent_logprobs)
+        prompt, state.unsent_prompt = state.unsent_prompt, None
         state.unsent_ids.clear()
         state.unsent_logprobs.clear()
-        return TextDelta(request_id=delta.request_id, text=text, token_ids=ids, logprobs=logprobs)
+        return TextDelta(request_id=delta.request_id, text=text, token_ids=ids, logprobs=logprobs,
+                         prompt_logprobs=prompt)
+
+    def _prompt_logprobs(self, p: PromptLogprobs) -> TextPromptLogprobs:
+        """The prompt decoded once, and each of its tokens (and alternatives) decoded alone."""
+        text = self._token_text_of
+        return TextPromptLogprobs(self._decoders[False](p.token_ids), p,
+                                  tuple(text(t) for t in p.token_ids),
+                                  tuple(tuple(text(t) for t, _ in e.top) for e in p.entries))
 
     def _logprobs(self, delta: TokenDelta) -> list[TextLogprob]:
         """The delta's logprobs with every token as text (each decoded alone, specials shown)."""
@@ -144,7 +158,10 @@ class DetokenizerRole:
 
     def _finish(self, rid: str, state: _Request, delta: TokenDelta) -> TextDelta:
         text, error, reason = "", delta.error, delta.finish_reason
+        prompt = state.unsent_prompt
         try:
+            if delta.prompt_logprobs is not None:
+                prompt = self._prompt_logprobs(delta.prompt_logprobs)
             render = delta.token_ids
             if delta.finish_reason == "stop" and render and render[-1] in self.eos_token_ids:
                 render = render[:-1]
@@ -170,7 +187,8 @@ class DetokenizerRole:
                          finish_reason=reason, prompt_tokens=delta.prompt_tokens,
                          completion_tokens=delta.completion_tokens,
                          cached_tokens=delta.cached_tokens, error=error,
-                         logprobs=tuple(logprobs))
+                         logprobs=tuple(logprobs),
+                         prompt_logprobs=prompt if error is None else None)
 
     def _fail(self, rid: str, state: _Request, delta: TokenDelta, exc: Exception) -> TextDelta:
         """End a request the detokenizer cannot handle: one terminal error delta, state gone."""
