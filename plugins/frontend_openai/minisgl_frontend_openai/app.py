@@ -16,12 +16,13 @@ from starlette.requests import ClientDisconnect
 from minisgl_core import __version__
 from minisgl_core.client import EngineClient
 from minisgl_core.messages import GenerateRequest
+from minisgl_frontend_openai.echo import chat_format, completion_format, prompt_chunk
 from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.metrics import CONTENT_TYPE, FrontendMetrics
 from minisgl_frontend_openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
 from minisgl_frontend_openai.openapi import openapi_document
-from minisgl_frontend_openai.responses import ChatFormat, CompletionFormat
+from minisgl_frontend_openai.responses import CompletionFormat
 from minisgl_frontend_openai.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -141,10 +142,10 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
             GenerateRequest(request_id=f"chatcmpl-{rid}-{j}", owner=client.frontend_id,
                             sampling=for_choice(sampling, j), messages=messages, arrival_time=now)
             for j in range(req.choices_per_prompt)]
-        fmt = ChatFormat(response_id=f"chatcmpl-{rid}", model=model, created=int(now),
-                         include_usage=req.include_usage,
-                         return_token_ids=bool(req.return_token_ids),
-                         logprobs=sampling.logprobs is not None)
+        fmt = chat_format(req, response_id=f"chatcmpl-{rid}", model=model, created=int(now),
+                          include_usage=req.include_usage,
+                          return_token_ids=bool(req.return_token_ids),
+                          logprobs=sampling.logprobs is not None)
         return await _answer(request, engine_requests, fmt, req.choices_per_prompt,
                              bool(req.stream))
 
@@ -165,10 +166,10 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
                     request_id=f"cmpl-{rid}-{p * n + j}", owner=client.frontend_id,
                     sampling=for_choice(sampling, j), prompt=text, token_ids=ids,
                     arrival_time=now))
-        fmt = CompletionFormat(response_id=f"cmpl-{rid}", model=model, created=int(now),
-                               include_usage=req.include_usage,
-                               return_token_ids=bool(req.return_token_ids),
-                               logprobs=sampling.logprobs is not None)
+        fmt = completion_format(req, prompts, response_id=f"cmpl-{rid}", model=model,
+                                created=int(now), include_usage=req.include_usage,
+                                return_token_ids=bool(req.return_token_ids),
+                                logprobs=sampling.logprobs is not None)
         return await _answer(request, engine_requests, fmt, n, bool(req.stream))
 
     async def _answer(request: Request, engine_requests: Sequence[GenerateRequest],
@@ -223,8 +224,12 @@ async def _stream_body(gen: Generation, fmt: CompletionFormat, n: int) -> AsyncI
             yield frame(chunk)
         async for index, delta in gen.events():
             ids, logprobs = delta.token_ids, delta.logprobs
+            if delta.prompt_logprobs is not None and (
+                    echoed := prompt_chunk(fmt, index, delta.prompt_logprobs)) is not None:
+                yield frame(echoed)
             if delta.text:
-                yield frame(fmt.text_chunk(index, delta.text, ids, logprobs))
+                if (chunk := fmt.text_chunk(index, delta.text, ids, logprobs)) is not None:
+                    yield frame(chunk)
                 ids, logprobs = (), ()
             if delta.finish_reason is not None:
                 yield frame(fmt.final_chunk(index, delta.finish_reason, ids, logprobs))

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from minisgl_core.client import EngineClient, EngineOverloaded, EngineUnavailable
-from minisgl_core.messages import GenerateRequest, TextDelta, TextLogprob
+from minisgl_core.messages import GenerateRequest, TextDelta, TextLogprob, TextPromptLogprobs
 from minisgl_frontend_openai.errors import APIError, engine_aborted, from_error_info
 from minisgl_frontend_openai.metrics import FrontendMetrics
 
@@ -31,6 +31,7 @@ class ChoiceState:
     text: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TextLogprob] = field(default_factory=list)  # when the request asked
+    prompt_logprobs: TextPromptLogprobs | None = None  # when the request asked
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -99,6 +100,8 @@ class Generation:
             state.text.append(delta.text)
             state.token_ids.extend(delta.token_ids)
             state.logprobs.extend(delta.logprobs)
+            if delta.prompt_logprobs is not None:
+                state.prompt_logprobs = delta.prompt_logprobs
             if delta.finish_reason is not None:
                 state.finish_reason = delta.finish_reason
                 state.prompt_tokens = delta.prompt_tokens

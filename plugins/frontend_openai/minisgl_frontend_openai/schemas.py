@@ -46,7 +46,6 @@ def _empty(v: Any) -> bool:
 
 # name -> "this value is neutral"; any other value is a 400 rather than a silent no-op
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
-    "prompt_logprobs": _none,
     "response_format": lambda v: v is None or v == {"type": "text"},
     "tools": _empty, "tool_choice": lambda v: v is None or v == "none", "functions": _empty,
     "function_call": lambda v: v is None or v == "none", "echo": _off, "suffix": _empty,
@@ -96,6 +95,7 @@ class _GenerationRequest(_Strict):
     min_tokens: Count | None = None  # vLLM's: no EOS or stop_token_ids before this many tokens
     logit_bias: dict[str, float] | None = None  # token id (as a JSON key) -> bias in [-100, 100]
     return_token_ids: bool | None = None  # vLLM's extension: each choice's generated ids
+    prompt_logprobs: TopCount | None = None  # vLLM's extension: each prompt token's logprob
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -125,6 +125,9 @@ class _GenerationRequest(_Strict):
             if self.stream_options.continuous_usage_stats:
                 raise bad_request("'stream_options.continuous_usage_stats' is not supported",
                                   param="stream_options", code="unsupported_parameter")
+        if self.prompt_logprobs is not None and self.stream:
+            raise bad_request("'prompt_logprobs' is not available when 'stream' is true",
+                              param="prompt_logprobs")
         if isinstance(self.stop, list) and len(self.stop) > MAX_STOP:
             raise bad_request(f"at most {MAX_STOP} stop strings are allowed, got {len(self.stop)}",
                               param="stop")
@@ -152,6 +155,7 @@ class _GenerationRequest(_Strict):
             "stop_token_ids": tuple(self.stop_token_ids or ()), "ignore_eos": self.ignore_eos,
             "skip_special_tokens": self.skip_special_tokens, "min_tokens": self.min_tokens,
             "logit_bias": self._logit_bias(), "logprobs": self.top_count(),
+            "prompt_logprobs": self.prompt_count(),
         }
         kwargs = {k: v for k, v in values.items() if v is not None or k == "max_tokens"}
         try:
@@ -165,6 +169,10 @@ class _GenerationRequest(_Strict):
     def top_count(self) -> int | None:
         """How many top alternatives each token's logprob comes with; None: no logprobs."""
         return None
+
+    def prompt_count(self) -> int | None:
+        """Top alternatives per prompt token the engine computes; None: no prompt logprobs."""
+        return self.prompt_logprobs
 
     def _logit_bias(self) -> tuple[tuple[int, float], ...] | None:
         if not self.logit_bias:
@@ -251,9 +259,28 @@ class CompletionRequest(_GenerationRequest):
 
     prompt: Any
     logprobs: TopCount | None = None  # the legacy form: how many top alternatives per token
+    echo: bool | None = None  # the prompt (and with logprobs its logprobs) before the output
 
     def top_count(self) -> int | None:
         return self.logprobs
+
+    def prompt_count(self) -> int | None:
+        # echo always takes the prompt's entries: they carry token-id prompts' text too
+        echoed = [self.logprobs or 0] if self.echo else []
+        counts = [k for k in (self.prompt_logprobs, *echoed) if k is not None]
+        return max(counts) if counts else None
+
+    @property
+    def echo_only(self) -> bool:
+        """``echo`` with ``max_tokens: 0``: the prompt is scored, nothing is generated."""
+        return bool(self.echo) and self.max_tokens == 0
+
+    def sampling(self, max_context: int) -> SamplingParams:
+        if self.echo_only:
+            # the engine always samples a token: one is taken and left out of the answer
+            return super(CompletionRequest, self.model_copy(update={"max_tokens": 1})).sampling(
+                max_context)
+        return super().sampling(max_context)
 
     def prompts(self) -> list[Prompt]:
         """A string, a list of strings, token ids, or a list of token-id lists -> prompts."""

@@ -83,7 +83,9 @@ def test_bad_chat_parameters_are_400(server: Any, fields: dict[str, Any], param:
 BAD_COMPLETIONS = [
     {"prompt": ""}, {"prompt": []}, {"prompt": [[]]}, {"prompt": [-1]}, {"prompt": [1, "a"]},
     {"prompt": [[1], "a"]}, {"prompt": {"text": "x"}}, {"prompt": ["x"] * 65},
-    {"prompt": ["x"] * 5, "n": 16}, {"prompt": "x", "echo": True},
+    {"prompt": ["x"] * 5, "n": 16}, {"prompt": "x", "echo": "yes"},
+    {"prompt": "x", "max_tokens": 0}, {"prompt": "x", "prompt_logprobs": 21},
+    {"prompt": "x", "prompt_logprobs": 1, "stream": True},
     {"prompt": "x", "suffix": "y"}, {"prompt": "x", "logprobs": 21},
     {"prompt": "x", "logprobs": True}, {"prompt": "x", "logprobs": -1},
 ]
@@ -100,8 +102,8 @@ def test_missing_prompt_and_unsupported_params_name_the_field(server: Any,
     error = assert_error(http.post(server.url + "/completions", json={"max_tokens": 2}), 400,
                          param="prompt")
     assert "required" in error["message"]
-    assert_error(http.post(server.url + "/completions", json={"prompt": "x", "echo": True}),
-                 400, param="echo", code="unsupported_parameter")
+    assert_error(http.post(server.url + "/completions", json={"prompt": "x", "suffix": "y"}),
+                 400, param="suffix", code="unsupported_parameter")
     still_serving(server, http)
 
 
