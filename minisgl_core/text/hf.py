@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 
 def load_tokenizer(model_dir: str | Path) -> Any:
-    """Load the tokenizer of an HF-format directory; never downloads, never spawns threads."""
+    """Load the tokenizer of an HF-format directory; never downloads, never spawns threads.
+
+    A plain ``tokenizer.json`` loads without transformers (``light.load_light``: no torch in
+    the text processes); anything else through transformers' AutoTokenizer.
+    """
     # Both must be set before tokenizers starts its thread pool; the roles run one thread each.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
+    from minisgl_core.text.light import NeedsTransformers, load_light
 
     path = Path(model_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"model directory not found: {path}")
+    try:
+        return load_light(path)
+    except NeedsTransformers as why:
+        log.info("loading the tokenizer with transformers (%s)", why)
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 

@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -33,6 +34,21 @@ def test_workers_are_named_processes(service: RunningService) -> None:
 
     titles = sorted(" ".join(psutil.Process(p).cmdline()).strip() for p in service.worker_pids)
     assert titles == ["minisgl::detokenizer", "minisgl::scheduler", "minisgl::tokenizer"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc (Linux)")
+def test_text_workers_do_not_load_torch(service: RunningService) -> None:
+    """The tokenizer and detokenizer need only `tokenizers` and jinja2: no libtorch mapped."""
+    import psutil
+
+    maps = {" ".join(psutil.Process(p).cmdline()).strip(): (
+        Path(f"/proc/{p}/maps").read_text(), psutil.Process(p).memory_info().rss)
+        for p in service.worker_pids}
+    assert "libtorch" in maps["minisgl::scheduler"][0]  # the check sees torch where it is
+    for name in ("minisgl::tokenizer", "minisgl::detokenizer"):
+        text, rss = maps[name]
+        assert "libtorch" not in text, name
+        assert rss < 250 * 2**20, f"{name}: {rss / 2**20:.0f} MiB"
 
 
 def test_models_chat_and_completions(service: RunningService) -> None:
