@@ -94,7 +94,7 @@ class Engine:
     """
 
     def __init__(self, config: EngineConfig, tp: TensorParallel | None = None) -> None:
-        from transformers import AutoTokenizer
+        from minisgl_core.text.hf import load_tokenizer  # without transformers when it can
 
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
@@ -115,7 +115,7 @@ class Engine:
                                                        max_seq_len=self.max_seq_len, **extra)
         self.model.load_weights(Checkpoint(path))
         leader = self.tp is None or self.tp.leader
-        self.tokenizer = AutoTokenizer.from_pretrained(path) if leader else None
+        self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
         self.eos_token_ids = _eos_ids(path, self.tokenizer, cfg)
         self.page_size = config.page_size
         kv_heads = int(getattr(self.model, "num_kv_heads", cfg.num_kv_heads))  # this rank's

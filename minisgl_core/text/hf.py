@@ -12,15 +12,17 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def load_tokenizer(model_dir: str | Path) -> Any:
-    """Load the tokenizer of an HF-format directory; never downloads, never spawns threads.
+def load_tokenizer(model_dir: str | Path, *, text_process: bool = True) -> Any:
+    """Load the tokenizer of an HF-format directory; never downloads.
 
     A plain ``tokenizer.json`` loads without transformers (``light.load_light``: no torch in
-    the text processes); anything else through transformers' AutoTokenizer.
+    the text processes); anything else through transformers' AutoTokenizer. ``text_process``
+    (a tokenizer or detokenizer process) also keeps the tokenizers library on one thread.
     """
-    # Both must be set before tokenizers starts its thread pool; the roles run one thread each.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if text_process:
+        # Both must be set before tokenizers starts its thread pool; the roles run one thread.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from minisgl_core.text.light import NeedsTransformers, load_light
 
     path = Path(model_dir)
