@@ -31,6 +31,18 @@ def make_detokenizer(spec: WorkerSpec) -> Any:
     return DetokenizerRole(spec.model_dir)
 
 
+def _trim_heap() -> None:
+    """Give back the heap that loading the weights freed (~45 MB for SmolLM2 fp32) (glibc)."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # another libc: nothing to trim
+            pass
+
+
 def make_scheduler(spec: WorkerSpec) -> Any:
     """The engine with continuous batching over the paged KV cache."""
     import torch
@@ -54,7 +66,9 @@ def make_scheduler(spec: WorkerSpec) -> Any:
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     tp = getattr(cfg, "tp", 1)
     if tp == 1:
-        return Engine(config)
+        engine = Engine(config)
+        _trim_heap()
+        return engine
     import dataclasses
 
     from minisgl_core.engine.tp_rank import local_device, start_rank
