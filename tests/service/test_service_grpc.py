@@ -134,3 +134,27 @@ def test_grpc_logprobs_equal_the_openai_ones(both: tuple[RunningService, str]) -
         pytest.approx(d, abs=1e-4) for d in want["top_logprobs"]]
     plain = build_request("Once upon a time", max_tokens=2)
     assert all(not msg.logprobs for msg in stream_generate(url, plain, timeout=60))
+
+
+def test_grpc_prompt_logprobs_equal_the_openai_ones(both: tuple[RunningService, str]) -> None:
+    from minisgl_frontend_grpc.client import build_request, stream_generate
+
+    svc, url = both
+    request = build_request("Once upon a time", max_tokens=2, temperature=0.0)
+    request.sampling.prompt_logprobs = 1
+    messages = list(stream_generate(url, request, timeout=60))
+    entries = [e for msg in messages for e in msg.prompt_logprobs]
+    assert messages[0].prompt_logprobs  # all on the first message
+    (choice,) = httpx.post(f"{svc.url}/v1/completions", timeout=60, json={
+        "model": svc.model_name(), "prompt": "Once upon a time", "max_tokens": 0, "echo": True,
+        "logprobs": 1}).json()["choices"]
+    want = choice["logprobs"]
+    assert [e.token for e in entries] == want["tokens"][1:]
+    assert [e.logprob for e in entries] == pytest.approx(want["token_logprobs"][1:], abs=1e-4)
+    assert [{t.token: t.logprob for t in e.top} for e in entries] == [
+        pytest.approx(d, abs=1e-4) for d in want["top_logprobs"][1:]]
+    bad = build_request("Once upon a time", max_tokens=2)
+    bad.sampling.prompt_logprobs = 21
+    with pytest.raises(grpc.RpcError) as err:
+        list(stream_generate(url, bad, timeout=60))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -11,7 +11,7 @@ from minisgl_core.messages import ChatMessage, ErrorInfo, GenerateRequest, Sampl
 
 # proto field -> SamplingParams field, for the `optional` scalars (unset = the core's default)
 _OPTIONAL_SCALARS = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-                     "frequency_penalty", "repetition_penalty", "logprobs")
+                     "frequency_penalty", "repetition_penalty", "logprobs", "prompt_logprobs")
 DEFAULT_MAX_TOKENS = SamplingParams().max_tokens
 
 

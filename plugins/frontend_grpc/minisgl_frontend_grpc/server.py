@@ -79,10 +79,10 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
                     finished = True
                     await self._finish(rid, delta, context)
                     return
-                if delta.text or delta.token_ids:  # skip empty deltas: they say nothing
+                if delta.text or delta.token_ids or delta.prompt_logprobs:  # else says nothing
                     await context.write(pb2.GenerateResponse(
                         request_id=rid, text=delta.text, token_ids=delta.token_ids,
-                        logprobs=_logprobs(delta)))
+                        logprobs=_logprobs(delta), prompt_logprobs=_prompt_logprobs(delta)))
             finished = True  # the engine ended the stream without a terminal delta: a bug
             await context.abort(grpc.StatusCode.INTERNAL,
                                 f"request {rid}: the engine stream ended without a finish reason")
@@ -108,7 +108,8 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
                           completion_tokens=delta.completion_tokens)
         await context.write(pb2.GenerateResponse(
             request_id=rid, text=delta.text, token_ids=delta.token_ids,
-            finish_reason=delta.finish_reason, usage=usage, logprobs=_logprobs(delta)))
+            finish_reason=delta.finish_reason, usage=usage, logprobs=_logprobs(delta),
+            prompt_logprobs=_prompt_logprobs(delta)))
 
 
 def _logprobs(delta: TextDelta) -> list[Any]:
@@ -213,3 +214,16 @@ class GrpcFrontend:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _prompt_logprobs(delta: TextDelta) -> list[Any]:
+    """The prompt's entries as TokenLogprob messages, from its second token on (or none)."""
+    p = delta.prompt_logprobs
+    if p is None:
+        return []
+    pairs = zip(p.logprobs.token_ids[1:], p.tokens[1:], p.logprobs.entries, p.top_tokens,
+                strict=True)
+    return [pb2.TokenLogprob(token_id=tok, token=text, logprob=e.logprob,
+                             top=[pb2.TopLogprob(token=t, logprob=v)
+                                  for t, (_, v) in zip(tops, e.top, strict=True)])
+            for tok, text, e, tops in pairs]
