@@ -126,10 +126,11 @@ class DetokenizerRole:
         text = self._text(state, delta.token_ids)
         state.unsent_ids.extend(delta.token_ids)
         state.unsent_logprobs.extend(self._logprobs(delta))
-        if not text and state.unsent_prompt is None:
-            return None  # nothing to show yet; the ids ride on the next delta
-        ids, logprobs = tuple(state.unsent_ids), tuple(state.unsent_logprobs)
         prompt, state.unsent_prompt = state.unsent_prompt, None
+        if not text:  # nothing to show yet; the ids ride on the next delta
+            return None if prompt is None else TextDelta(request_id=delta.request_id,
+                                                         prompt_logprobs=prompt)
+        ids, logprobs = tuple(state.unsent_ids), tuple(state.unsent_logprobs)
         state.unsent_ids.clear()
         state.unsent_logprobs.clear()
         return TextDelta(request_id=delta.request_id, text=text, token_ids=ids, logprobs=logprobs,

@@ -264,3 +264,27 @@ def test_logprobs_ride_with_their_token_ids_as_text(role) -> None:
     assert all(e.top[1] == (tok.decode([ids[0]]), -3.0) for e in entries)
     plain = run(role, "plain", ids, info())  # a request that did not ask gets none
     assert all(d.logprobs == () for d in plain)
+
+
+def test_prompt_logprobs_come_as_text_on_the_first_delta(role) -> None:
+    from minisgl_core.messages import PromptLogprobs, TokenLogprob
+
+    tok = role.tokenizer
+    prompt = tuple(tok.encode("Hi 😀"))
+    entries = tuple(TokenLogprob(-1.0 - i, ((prompt[0], -0.5),)) for i in range(len(prompt) - 1))
+    scored = PromptLogprobs(prompt, entries, tuple(range(2, len(prompt) + 1)))
+    # the first output is half an emoji: its text is held back, the prompt entries are not
+    emoji = tok.encode("😀")
+    assert len(emoji) > 1
+    first = TokenDelta("pl", (emoji[0],), detokenize=info(), prompt_logprobs=scored)
+    (delta,) = role.process(TokenBatch((first,)))["fe"]
+    assert (delta.text, delta.token_ids) == ("", ()) and delta.prompt_logprobs is not None
+    p = delta.prompt_logprobs
+    assert p.text == "Hi 😀" and p.logprobs == scored
+    assert list(p.tokens) == [tok.decode([t]) for t in prompt]
+    assert p.top_tokens == ((tok.decode([prompt[0]]),),) * (len(prompt) - 1)
+    rest = TokenDelta("pl", tuple(emoji[1:]), finish_reason="length")
+    (last,) = role.process(TokenBatch((rest,)))["fe"]
+    assert last.text == "😀" and last.prompt_logprobs is None
+    assert last.token_ids == tuple(emoji)  # the held id rides with its text
+    assert role.active_count() == 0
