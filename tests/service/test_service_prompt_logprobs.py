@@ -79,6 +79,26 @@ def test_echo_scores_the_prompt_as_transformers_does(svc: RunningService,
     assert again[1:] == pytest.approx(want, abs=1e-4)
 
 
+def test_lm_eval_loglikelihood_request(svc: RunningService, reference: torch.Tensor) -> None:
+    """lm-evaluation-harness' local-completions: a batch of token-id prompts, max_tokens 1,
+    logprobs 1, echo; it reads token_logprobs[ctxlen:-1] and greediness from top_logprobs."""
+    prompts, ctxlen = [PROMPT, PROMPT[:7]], 4
+    resp = _post(svc, "completions", {"prompt": prompts, "temperature": 0, "max_tokens": 1,
+                                      "logprobs": 1, "seed": 1234, "echo": True})
+    assert resp.status_code == 200, resp.text
+    choices = sorted(resp.json()["choices"], key=lambda c: c["index"])
+    for prompt, choice in zip(prompts, choices, strict=True):
+        lp = choice["logprobs"]
+        assert len(lp["token_logprobs"]) == len(prompt) + 1  # the prompt, then 1 generated
+        scored = lp["token_logprobs"][ctxlen:-1]
+        want = [reference[p - 1, prompt[p]].item() for p in range(ctxlen, len(prompt))]
+        assert sum(scored) == pytest.approx(sum(want), abs=1e-3)
+        greedy = all(t == max(top.values())
+                     for t, top in zip(scored, lp["top_logprobs"][ctxlen:-1], strict=True))
+        assert greedy == all(int(reference[p - 1].argmax()) == prompt[p]
+                             for p in range(ctxlen, len(prompt)))
+
+
 def test_echo_with_generation_streamed_and_not(svc: RunningService) -> None:
     body = {"prompt": "hello world", "max_tokens": 3, "echo": True, "logprobs": 1,
             "temperature": 0, "ignore_eos": True}
