@@ -65,8 +65,9 @@ class CompletionFormat:
         return []
 
     def text_chunk(self, index: int, text: str, token_ids: Sequence[int] = (),
-                   logprobs: Sequence[TextLogprob] = ()) -> dict[str, Any]:
-        """A non-final chunk with new text (``finish_reason: null``) and the ids behind it."""
+                   logprobs: Sequence[TextLogprob] = ()) -> dict[str, Any] | None:
+        """A non-final chunk with new text (``finish_reason: null``) and the ids behind it
+        (None: a subclass sends nothing for it)."""
         choice = self._with_ids(self._chunk_choice(index, text, None), token_ids, logprobs)
         return self._envelope(self.chunk_object_name, [choice])
 
