@@ -55,14 +55,18 @@ def test_llm_tp2_equals_tp1_and_stops_its_ranks(tiny_models: dict[str, Path]) ->
 
     path, opts = str(tiny_models["llama"]), {"page_size": 4, "num_pages": 64, "num_threads": 1}
     prompts = ["Hello world", "The quick brown fox jumps over the lazy dog", "你好"]
-    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, prompt_logprobs=2)
     with LLM(path, **opts) as one:
-        want = [o.token_ids for o in one.generate(prompts, greedy)]
+        want = one.generate(prompts, greedy)
     with LLM(path, tp=2, **opts) as two:
         assert two._group is not None
         followers = two._group.followers
-        got = [o.token_ids for o in two.generate(prompts, greedy)]
-    assert got == want
+        got = two.generate(prompts, greedy)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    for a, b in zip(got, want, strict=True):  # rank 0 scores the prompt from the full hidden
+        assert a.prompt_logprobs is not None and b.prompt_logprobs is not None
+        assert [e and e.logprob for e in a.prompt_logprobs] == pytest.approx(
+            [e and e.logprob for e in b.prompt_logprobs], abs=1e-4)
     assert [p.returncode for p in followers] == [0]  # told to stop by close(), not killed
 
 
