@@ -105,6 +105,8 @@ def test_echo_with_generation_streamed_and_not(svc: RunningService) -> None:
     full = _post(svc, "completions", body).json()["choices"][0]
     plain = _post(svc, "completions", {**body, "echo": False}).json()["choices"][0]
     assert full["text"] == "hello world" + plain["text"]
+    bare = _post(svc, "completions", {**body, "logprobs": None}).json()["choices"][0]
+    assert bare["text"] == full["text"] and bare["logprobs"] is None
     lp = full["logprobs"]
     n_prompt = len(lp["tokens"]) - 3
     assert n_prompt >= 1 and lp["token_logprobs"][0] is None
