@@ -27,7 +27,7 @@ MAX_TOMBSTONES = 65536
 class _Request:
     """One live request: where its text goes and how far it has been turned into text."""
 
-    __slots__ = ("owner", "detok", "stop", "unsent_ids", "unsent_logprobs", "unsent_prompt")
+    __slots__ = ("owner", "detok", "stop", "unsent_ids", "unsent_logprobs")
 
     def __init__(self, owner: str, detok: IncrementalDetokenizer, stop: StopCutter | None):
         self.owner = owner
@@ -35,7 +35,6 @@ class _Request:
         self.stop = stop
         self.unsent_ids: list[int] = []  # ids not yet carried by any TextDelta
         self.unsent_logprobs: list[TextLogprob] = []  # theirs, when the request asked
-        self.unsent_prompt: TextPromptLogprobs | None = None  # until a TextDelta carries it
 
 
 class DetokenizerRole:
@@ -121,13 +120,11 @@ class DetokenizerRole:
         return state.stop.feed(text) if state.stop is not None and text else text
 
     def _step(self, state: _Request, delta: TokenDelta) -> TextDelta | None:
-        if delta.prompt_logprobs is not None:
-            state.unsent_prompt = self._prompt_logprobs(delta.prompt_logprobs)
+        prompt = self._prompt_logprobs(delta.prompt_logprobs)
         text = self._text(state, delta.token_ids)
         state.unsent_ids.extend(delta.token_ids)
         state.unsent_logprobs.extend(self._logprobs(delta))
-        prompt, state.unsent_prompt = state.unsent_prompt, None
-        if not text:  # nothing to show yet; the ids ride on the next delta
+        if not text:  # nothing to show yet; the ids ride on the next delta, the prompt not
             return None if prompt is None else TextDelta(request_id=delta.request_id,
                                                          prompt_logprobs=prompt)
         ids, logprobs = tuple(state.unsent_ids), tuple(state.unsent_logprobs)
@@ -136,8 +133,10 @@ class DetokenizerRole:
         return TextDelta(request_id=delta.request_id, text=text, token_ids=ids, logprobs=logprobs,
                          prompt_logprobs=prompt)
 
-    def _prompt_logprobs(self, p: PromptLogprobs) -> TextPromptLogprobs:
+    def _prompt_logprobs(self, p: PromptLogprobs | None) -> TextPromptLogprobs | None:
         """The prompt decoded once, and each of its tokens (and alternatives) decoded alone."""
+        if p is None:
+            return None
         text = self._token_text_of
         return TextPromptLogprobs(self._decoders[False](p.token_ids), p,
                                   tuple(text(t) for t in p.token_ids),
@@ -159,10 +158,9 @@ class DetokenizerRole:
 
     def _finish(self, rid: str, state: _Request, delta: TokenDelta) -> TextDelta:
         text, error, reason = "", delta.error, delta.finish_reason
-        prompt = state.unsent_prompt
+        prompt = None
         try:
-            if delta.prompt_logprobs is not None:
-                prompt = self._prompt_logprobs(delta.prompt_logprobs)
+            prompt = self._prompt_logprobs(delta.prompt_logprobs)
             render = delta.token_ids
             if delta.finish_reason == "stop" and render and render[-1] in self.eos_token_ids:
                 render = render[:-1]
