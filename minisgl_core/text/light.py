@@ -171,6 +171,21 @@ class LightTokenizer:
         """Text of ``ids``."""
         return str(self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
+    def batch_decode(self, batch: Sequence[Sequence[int]],
+                     skip_special_tokens: bool = False) -> list[str]:
+        """``decode`` of each sequence."""
+        return [self.decode(ids, skip_special_tokens) for ids in batch]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> Any:
+        """The vocabulary entry of an id (a list for a list)."""
+        if isinstance(ids, int):
+            return self._backend.id_to_token(ids)
+        return [self._backend.id_to_token(i) for i in ids]
+
+    def get_vocab(self) -> dict[str, int]:
+        """Token -> id, added tokens included."""
+        return dict(self._backend.get_vocab(with_added_tokens=True))
+
     def apply_chat_template(self, conversation: Sequence[Mapping[str, Any]], *,
                             tokenize: bool = False, add_generation_prompt: bool = False,
                             **kwargs: Any) -> str | list[int]:

@@ -57,6 +57,11 @@ def test_same_text(pair: tuple[LightTokenizer, Any]) -> None:
         for skip in (True, False):
             assert light.decode(ids, skip_special_tokens=skip) == hf.decode(
                 ids, skip_special_tokens=skip)
+        assert light.convert_ids_to_tokens(ids) == hf.convert_ids_to_tokens(ids)
+    assert light.batch_decode(batches[:3]) == hf.batch_decode(batches[:3])
+    assert light.get_vocab() == hf.get_vocab()
+    names = [light.convert_ids_to_tokens(i) for i in batches[0]]
+    assert light.convert_tokens_to_ids(names) == hf.convert_tokens_to_ids(names)
 
 
 def test_same_chat_prompts_and_refusals(pair: tuple[LightTokenizer, Any]) -> None:
