@@ -242,6 +242,7 @@ def launch(config: Any, pm: Any = None) -> int:
     ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
     """
     from minisgl_core.launch_serve import serve_forever
+    from minisgl_core.model_lookup import ModelNotFoundError, resolve_model
     from minisgl_core.plugins import build_manager, collect
 
     logging.basicConfig(level=config.log_level.upper(),
@@ -249,7 +250,10 @@ def launch(config: Any, pm: Any = None) -> int:
     pm = pm or build_manager()
     registries = collect(pm)
     try:
-        model_dir = resolve_model(pm, config.model)
+        try:
+            model_dir = resolve_model(pm, config.model)
+        except ModelNotFoundError as exc:
+            raise LaunchError(str(exc)) from None
         service = start_service(config, registries, model_dir,
                                 plugin_modules=tuple(_plugin_modules(pm)))
     except LaunchError as exc:
@@ -258,22 +262,10 @@ def launch(config: Any, pm: Any = None) -> int:
     return serve_forever(service, registries, pm)
 
 
-def resolve_model(pm: Any, spec: str | None) -> str:
-    """Turn --model into a local HF-format directory through the resolve hook."""
-    try:
-        path = pm.hook.minisgl_resolve_model(spec=spec)
-    except Exception as exc:  # noqa: BLE001 - conversion and lookup errors are user-facing
-        raise LaunchError(f"cannot load model {spec or 'default'}: {exc}") from exc
-    if not path:
-        raise LaunchError(f"cannot find model {spec!r}: not a directory with config.json, "
-                          "and no plugin resolves it")
-    return str(path)
-
-
 def _plugin_modules(pm: Any) -> list[str]:
     from minisgl_core import plugins
 
     return list(plugins.loaded_module_names(pm))
 
 
-__all__ = ["LaunchError", "Service", "launch", "resolve_model", "start_service"]
+__all__ = ["LaunchError", "Service", "launch", "start_service"]

@@ -39,7 +39,8 @@ def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     return "\n".join([
         f"Command: `{results['command']}`", "",
-        f"Model {results['model']}, {results['max_tokens']} output tokens per request (EOS "
+        f"Model {results['model']} ({results.get('scheduler', 'continuous')} scheduler), "
+        f"{results['max_tokens']} output tokens per request (EOS "
         f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
         f"({m['processor'] or m['machine']}), {results['date']}. Each level ran "
         f"{results.get('repeat', 1)} time(s) per engine, interleaved; the median run is shown.",

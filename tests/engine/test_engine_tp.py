@@ -37,9 +37,9 @@ def test_tp2_equals_tp1(tiny_models: dict[str, Path], arch: str) -> None:
 def test_default_model_tp2_equals_tp1() -> None:
     from transformers import AutoTokenizer
 
-    from minisgl_core.engine.weights import resolve_model
+    from minisgl_core.model_lookup import resolve
 
-    path = str(resolve_model(None))
+    path = resolve(None).path
     tok = AutoTokenizer.from_pretrained(path)
     texts = ["The capital of France is", "Write a haiku about autumn leaves.",
              "def fibonacci(n):", "List three primary colors:"]
