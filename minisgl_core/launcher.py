@@ -105,7 +105,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
     """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
     from minisgl_core.runtime.client import TransportEngineClient
 
-    max_context = _max_context(model_dir, config.max_seq_len_override)
+    context = max_context(model_dir, config.max_seq_len_override)
     name = config.transport
     transport = registries.transports.get(name)(config.transports.get(name, {}))
     run_dir = make_run_dir()
@@ -126,7 +126,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
 
     threads = threads_per_rank(config.num_threads, len(ranks))
     common = {"config": config, "endpoints": endpoints, "model_dir": model_dir,
-              "max_context": max_context, "plugin_modules": plugin_modules}
+              "max_context": context, "plugin_modules": plugin_modules}
     specs = [WorkerSpec(role=role, **common) for role in ("tokenizer", "detokenizer")]  # type: ignore[arg-type]
     specs += [WorkerSpec(role="scheduler", num_threads=threads, tp_rank=rank, local_rank=i,
                          **common) for i, rank in enumerate(ranks)]
@@ -225,7 +225,8 @@ def _tp_config(config: Any, transport: Any) -> Any:
     return dataclasses.replace(config, dist_port=free_port(config.dist_addr))
 
 
-def _max_context(model_dir: str, override: int | None) -> int:
+def max_context(model_dir: str, override: int | None) -> int:
+    """The context length a run serves: the model's, capped by ``max_seq_len_override``."""
     import json
 
     try:
