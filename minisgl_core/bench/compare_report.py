@@ -79,7 +79,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ttft.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
     ttft.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ttft.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    fig.suptitle(f"minisgl serving: {results['model']}, {results['max_tokens']} tokens/request")
+    scheduler = results.get("scheduler", "continuous")
+    what = results["model"] if scheduler == "continuous" else f"{scheduler} scheduler"
+    fig.suptitle(f"minisgl serving: {what}, {results['max_tokens']} tokens/request")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
