@@ -11,11 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from minisgl_core.testing.contract_roles import (
-        DetokenizerContract,
-        SchedulerContract,
-        TokenizerContract,
-    )
+    from minisgl_core.testing.contract_roles import DetokenizerContract, TokenizerContract
+    from minisgl_core.testing.contract_scheduler import SchedulerContract
     from minisgl_core.testing.transport_contract import TransportContract
 
 __all__ = ["DetokenizerContract", "SchedulerContract", "TokenizerContract", "TransportContract"]
@@ -23,7 +20,7 @@ __all__ = ["DetokenizerContract", "SchedulerContract", "TokenizerContract", "Tra
 _WHERE = {"TransportContract": "minisgl_core.testing.transport_contract",
           "TokenizerContract": "minisgl_core.testing.contract_roles",
           "DetokenizerContract": "minisgl_core.testing.contract_roles",
-          "SchedulerContract": "minisgl_core.testing.contract_roles"}
+          "SchedulerContract": "minisgl_core.testing.contract_scheduler"}
 
 
 def __getattr__(name: str) -> Any:
