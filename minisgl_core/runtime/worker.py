@@ -85,27 +85,27 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
     role = registries.roles[spec.role].get(name)(context)
     ep = spec.endpoints
     ready = Ready(process=spec.name, pid=os.getpid())
-    try:
-        if spec.role == "tokenizer":
-            inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
-            report(ready)
-            run_tokenizer(role, inbox, outbox)
-        elif spec.role == "detokenizer":
-            inbox = transport.pull(ep.detokenizer, bind=True)
-            outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
-            report(ready)
-            run_detokenizer(role, inbox, outboxes, report)
-        elif spec.tp_rank > 0:  # a tensor-parallel follower: no inbox, no outbox
-            report(ready)
-            role.follow()
-        else:
-            inbox, outbox = transport.pull(ep.scheduler, bind=True), transport.push(ep.detokenizer)
-            loop = SchedulerLoop(role, inbox, outbox, report)
-            report(Ready(process=spec.name, pid=os.getpid(), info=dict(role.info())))
-            report(loop.stats())
-            loop.run()
-    finally:
-        role.close()  # tensor parallelism: rank 0 stops the follower ranks here
+    if spec.role == "tokenizer":
+        inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
+        report(ready)
+        run_tokenizer(role, inbox, outbox)
+    elif spec.role == "detokenizer":
+        inbox = transport.pull(ep.detokenizer, bind=True)
+        outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
+        report(ready)
+        run_detokenizer(role, inbox, outboxes, report)
+    elif spec.tp_rank > 0:  # a tensor-parallel follower: no inbox, no outbox
+        report(ready)
+        role.follow()
+    else:
+        inbox, outbox = transport.pull(ep.scheduler, bind=True), transport.push(ep.detokenizer)
+        loop = SchedulerLoop(role, inbox, outbox, report)
+        report(Ready(process=spec.name, pid=os.getpid(), info=dict(role.info())))
+        report(loop.stats())
+        loop.run()
+    # after a clean exit only (tensor parallelism: rank 0 stops the follower ranks here); after
+    # a failure the group may be broken, and the process exit releases everything anyway
+    role.close()
 
 
 def die_with_parent() -> None:
