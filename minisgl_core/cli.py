@@ -24,7 +24,7 @@ from minisgl_core.cli_common import (
 )
 from minisgl_core.config import ConfigError, LaunchConfig, load_config
 from minisgl_core.config_dump import to_json, to_toml
-from minisgl_core.plugin_listing import as_json, as_table
+from minisgl_core.plugin_listing import as_json, as_table, roles_table
 from minisgl_core.plugins import (
     MinisglPluginManager,
     PluginLoadError,
@@ -42,14 +42,18 @@ def _load(config: Path | None, flags: dict[str, Any], overrides: list[str] | Non
 
 
 def validate(cfg: LaunchConfig, regs: Registries) -> None:
-    """Raise RegistryError unless the selected transport and frontends can be used."""
+    """Raise RegistryError unless the selected transport, frontends and roles can be used."""
     for error, _owners in regs.conflicts():
         raise error
     regs.transports.get(cfg.transport)  # imports its target: a missing library shows up here
     for name in cfg.frontends:
         regs.frontends.check(name)
+    for kind in regs.roles.kinds():
+        regs.roles.check(kind, cfg.role_name(kind))
     for name in cfg.frontends:
         regs.frontends.get(name)
+    for kind in regs.roles.kinds():
+        regs.roles.get(kind, cfg.role_name(kind))
 
 
 def launch(
@@ -78,6 +82,13 @@ def launch(
     cache: Annotated[
         str | None, typer.Option(help="KV prefix cache: radix (reuse shared prefixes) or naive.")
     ] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        help="Tokenizer role (default hf); options in [roles.tokenizer.NAME].")] = None,
+    detokenizer: Annotated[str | None, typer.Option(
+        help="Detokenizer role (default hf); options in [roles.detokenizer.NAME].")] = None,
+    scheduler: Annotated[str | None, typer.Option(
+        help="Scheduler role: continuous (the model) or synthetic (no model); options in "
+             "[roles.scheduler.NAME].")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -87,7 +98,8 @@ def launch(
         "num_pages": num_pages, "page_size": page_size,
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
-        "cache": cache,
+        "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
+        "scheduler": scheduler,
     }
     cfg = _load(config, flags, set_)
     try:
@@ -110,15 +122,15 @@ def tp_worker(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the other ranks.")] = 300.0,
 ) -> None:
     """Run one tensor-parallel rank > 0 for a `minisgl launch --tp N` on another host."""
-    from minisgl_core.launcher import LaunchError, resolve_model
+    from minisgl_core.model_lookup import ModelNotFoundError, resolve
 
-    try:
-        model_dir = resolve_model(state(ctx).pm, model)
-    except LaunchError as exc:
+    try:  # the same plugins' resolvers and models as rank 0's host
+        model = resolve(model, state(ctx).pm)
+    except ModelNotFoundError as exc:
         raise fail(str(exc), 1) from None
     run = lazy_entry("minisgl_core.engine.tp_rank:worker_command", "tensor parallelism")
-    run(model_dir, rank, tp, dist_addr, dist_port, device=device, num_threads=num_threads,
-        timeout_s=timeout)
+    run(model.path, model.model_class, rank, tp, dist_addr, dist_port, device=device,
+        num_threads=num_threads, timeout_s=timeout)
 
 
 def plugins(
@@ -137,6 +149,8 @@ def plugins(
         typer.echo(as_json(rows))
     else:
         typer.echo(as_table(rows))
+        if not hook:  # the roles --tokenizer, --detokenizer and --scheduler choose from
+            typer.echo("\n" + roles_table(state(ctx).regs))
     if check and any(r.status != "ok" for r in rows):
         raise typer.Exit(1)
 

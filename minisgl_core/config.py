@@ -2,7 +2,8 @@
 
 The file form (TOML, ``minisgl config show``) and the ``-s`` keys are the same: top-level keys are
 the core settings; ``frontend`` lists the frontends to run; ``[transports.<name>]``,
-``[frontends.<name>]`` and ``[plugins.<name>]`` are free-form tables handed to their owners.
+``[frontends.<name>]`` and ``[plugins.<name>]`` are free-form tables handed to their owners;
+``[roles]`` picks the tokenizer, detokenizer and scheduler (see ``config_roles``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from minisgl_core import config_roles
 from minisgl_core.registry import suggest
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -65,10 +67,16 @@ class LaunchConfig:
     transports: Tables = field(default_factory=dict)
     frontends_options: Tables = field(default_factory=dict)
     plugins: Tables = field(default_factory=dict)
+    roles: Tables = field(default_factory=dict)  # config_roles.RoleTables; every kind named
 
     def __post_init__(self) -> None:
         for name in SCALARS:  # direct construction gets the same checks as the file form
             object.__setattr__(self, name, _coerce(name, getattr(self, name), "LaunchConfig()"))
+        try:
+            roles = config_roles.with_defaults(config_roles.normalize(self.roles, "roles"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        object.__setattr__(self, "roles", roles)
         problem = self._problem()
         if problem:
             raise ConfigError(problem)
@@ -136,6 +144,14 @@ class LaunchConfig:
         """The ``[frontends.<name>]`` table (empty when absent)."""
         return dict(self.frontends_options.get(name, {}))
 
+    def role_name(self, kind: str) -> str:
+        """The selected implementation of role ``kind`` (tokenizer, detokenizer, scheduler)."""
+        return str(self.roles[kind]["name"])
+
+    def role_table(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        """The ``[roles.<kind>.<name>]`` table of the selected (or named) implementation."""
+        return copy.deepcopy(dict(self.roles[kind].get(name or self.role_name(kind), {})))
+
     def plugin_table(self, name: str) -> dict[str, Any]:
         """The ``[plugins.<name>]`` table (empty when absent)."""
         return dict(self.plugins.get(name, {}))
@@ -147,6 +163,8 @@ class LaunchConfig:
             value = getattr(self, f.name)
             if f.name == "frontends":
                 out["frontend"] = list(value)
+            elif f.name == "roles":
+                out["roles"] = config_roles.to_file_form(value)
             elif f.name in TABLES.values():
                 key = next(k for k, v in TABLES.items() if v == f.name)
                 out[key] = copy.deepcopy(value)
@@ -168,7 +186,7 @@ OPTIONAL: set[str] = set()
 
 def _scan_fields() -> None:
     for f in fields(LaunchConfig):
-        if f.name in TABLES.values():
+        if f.name in TABLES.values() or f.name == "roles":
             continue
         text = str(f.type)
         if "| None" in text:
@@ -179,7 +197,7 @@ def _scan_fields() -> None:
 
 _scan_fields()
 # every key a user can write at the top level of the file, in a -s key, or as MINISGL_<KEY>
-KNOWN_KEYS = sorted([k for k in SCALARS if k != "frontends"] + ["frontend", *TABLES])
+KNOWN_KEYS = sorted([k for k in SCALARS if k != "frontends"] + ["frontend", "roles", *TABLES])
 
 
 def _coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
@@ -241,9 +259,20 @@ class _Merged:
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
         self.tables: dict[str, dict[str, Any]] = {name: {} for name in TABLES.values()}
+        self.roles: config_roles.RoleTables = {}
+
+    def set_roles(self, value: Any, source: str) -> None:
+        try:
+            config_roles.merge(self.roles, config_roles.normalize(value, source))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def set(self, key: str, value: Any, source: str, text: bool = True) -> None:
-        if key == "frontend" or (key == "frontends" and not isinstance(value, Mapping)):
+        if key == "roles":
+            self.set_roles(value, source)
+        elif text and key in config_roles.DEFAULT_ROLES:  # --scheduler NAME, MINISGL_SCHEDULER
+            self.set_roles({key: value}, source)
+        elif key == "frontend" or (key == "frontends" and not isinstance(value, Mapping)):
             self.values["frontends"] = _coerce("frontends", value, source, text)
         elif key in TABLES:
             if not isinstance(value, Mapping) or not all(
@@ -267,7 +296,12 @@ class _Merged:
         if not sep or not key:
             raise ConfigError(f'-s takes KEY=VALUE, got "{item}"')
         head, _, rest = key.partition(".")
-        if rest and head in TABLES:
+        if rest and head == "roles":
+            try:
+                self.set_roles(config_roles.from_override(rest, _parse_value(text), source), source)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        elif rest and head in TABLES:
             parts = rest.split(".")
             if len(parts) < 2 or not all(parts):
                 raise ConfigError(f'-s {head}.<name>.<key>=VALUE expected, got "{item}"')
@@ -282,7 +316,7 @@ class _Merged:
             self.set(key, text, source)
 
     def build(self) -> LaunchConfig:
-        return LaunchConfig(**self.values, **self.tables)
+        return LaunchConfig(**self.values, **self.tables, roles=self.roles)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -310,8 +344,12 @@ def load_config(
     environ = os.environ if env is None else env
     for key in KNOWN_KEYS:
         var = ENV_PREFIX + key.upper()
-        if key not in TABLES and var in environ:
+        if key not in TABLES and key != "roles" and var in environ:
             merged.set(key, environ[var], f"environment {var}")
+    for kind in config_roles.DEFAULT_ROLES:  # MINISGL_TOKENIZER, ..._DETOKENIZER, ..._SCHEDULER
+        var = ENV_PREFIX + kind.upper()
+        if var in environ:
+            merged.set(kind, environ[var], f"environment {var}")
     for name, value in (flags or {}).items():
         if value is not None:
             merged.set(name, value, f"flag --{name.replace('_', '-')}")

@@ -47,9 +47,10 @@ def to_toml(config: LaunchConfig) -> str:
     out: list[str] = []
     data = config.to_dict()
     for key, value in data.items():
-        if key in TABLES:
+        if key in TABLES or key == "roles":
             continue
         out.append(f"# {key} = (unset)" if value is None else f"{key} = {_toml_value(value)}")
+    _toml_table("roles", data["roles"], out)
     for key in TABLES:
         for name, table in data[key].items():
             _toml_table(f"{key}.{_toml_key(name)}", table, out)

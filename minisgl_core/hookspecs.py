@@ -68,9 +68,13 @@ def minisgl_register_frontends(register: Register) -> None:
 def minisgl_register_roles(register: RoleRegister) -> None:
     """Add role implementations: ``register("tokenizer", "hf", "pkg.tok:HFTokenizer")``.
 
-    ``kind`` is "tokenizer", "detokenizer" or "scheduler". Called in every process; the process
-    that runs a role calls its factory with its ``minisgl_core.runtime.spec.WorkerSpec`` (config,
-    model directory, endpoints). The return value is ignored.
+    ``kind`` is "tokenizer", "detokenizer" or "scheduler"; the launch selects one name per kind
+    (``--tokenizer``/``--detokenizer``/``--scheduler``, ``[roles]``, default hf, hf,
+    continuous) and checks it before anything starts. Called in every process; the process that
+    runs a role calls ``factory(context)`` with a ``minisgl_core.runtime.spec.RoleContext``
+    (its WorkerSpec, its ``[roles.<kind>.<name>]`` options table, the model registry) and gets
+    an object satisfying ``interfaces.Tokenizer``, ``Detokenizer`` or ``Scheduler``. The
+    return value of the hook is ignored.
     """
 
 
@@ -79,7 +83,9 @@ def minisgl_register_models(register: Register) -> None:
     """Map a Hugging Face ``architectures[0]`` name to a model class.
 
     E.g. ``register("LlamaForCausalLM", "minisgl_core.engine.models.llama:LlamaForCausalLM")``.
-    Called in the scheduler processes (and by offline ``LLM``); the return value is ignored.
+    This is the only table of architectures (the core's own are registered the same way):
+    ``model_lookup.model_class`` picks the class for the scheduler processes, ``minisgl
+    tp-worker`` and offline ``LLM``, and the engine is handed it. The return value is ignored.
     """
 
 
@@ -96,8 +102,9 @@ def minisgl_register_commands(app: typer.Typer) -> None:
 def minisgl_resolve_model(spec: str | None) -> str | None:
     """Turn ``--model`` (None = the default model) into a local Hugging Face-format directory.
 
-    Called in the launcher and by offline ``LLM``. Return the directory's path, or None to let the
-    next plugin try; the first non-None answer wins. The core's own resolver runs last.
+    Called through ``model_lookup.resolve_model`` by the launcher, ``minisgl tp-worker``, the
+    benchmarks and offline ``LLM``. Return the directory's path, or None to let the next plugin
+    try; the first non-None answer wins. The core's own resolver runs last.
     """
 
 

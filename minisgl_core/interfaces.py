@@ -6,9 +6,20 @@ Plugins need not subclass anything; they satisfy these Protocols, and the contra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from minisgl_core.messages import (
+        GenerateRequest,
+        PromptLogprobs,
+        SamplingParams,
+        TextDelta,
+        TokenBatch,
+        TokenizedRequest,
+        TokenLogprob,
+    )
 
 
 class ChannelClosed(Exception):
@@ -95,3 +106,110 @@ class Frontend(Protocol):
 
 
 OptionsTable = Mapping[str, Any]
+
+
+# ---- roles: what the tokenizer, detokenizer and scheduler process loops call ------------------
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """The tokenizer role (``--tokenizer NAME``), driven by ``runtime.text_loops.run_tokenizer``."""
+
+    def tokenize(self, request: GenerateRequest) -> TokenizedRequest:
+        """One request in, one out; never raises: a bad request comes back with ``error`` set."""
+
+    def close(self) -> None:
+        """Release what the role holds; idempotent."""
+
+
+@runtime_checkable
+class Detokenizer(Protocol):
+    """The detokenizer role (``--detokenizer NAME``), driven by ``run_detokenizer``."""
+
+    def process(self, batch: TokenBatch) -> Mapping[str, Sequence[TextDelta]]:
+        """One scheduler step's deltas as text, grouped by the frontend (owner) they go to.
+
+        A request's first TokenDelta carries its ``DetokenizeInfo`` (owner, stop strings);
+        every request gets exactly one TextDelta with a ``finish_reason``, its last.
+        """
+
+    def active_count(self) -> int:
+        """Requests seen and not finished yet (the ``detokenizer_requests_active`` gauge)."""
+
+    def close(self) -> None:
+        """Release what the role holds; idempotent."""
+
+
+@runtime_checkable
+class StepResult(Protocol):
+    """What one scheduler step produced for one request (``engine.request.StepOutput``)."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def token_ids(self) -> Sequence[int]: ...  # new this step
+    @property
+    def finish_reason(self) -> str | None: ...  # "stop" or "length", set once, last
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def completion_tokens(self) -> int: ...
+    @property
+    def cached_tokens(self) -> int: ...
+    @property
+    def logprobs(self) -> Sequence[TokenLogprob]: ...  # one per token id when asked
+    @property
+    def prompt_logprobs(self) -> PromptLogprobs | None: ...  # on the first result, when asked
+
+
+@runtime_checkable
+class SchedulerStats(Protocol):
+    """A scheduler's load and KV page accounting, as /metrics shows it."""
+
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def pages_total(self) -> int: ...
+    @property
+    def pages_free(self) -> int: ...  # allocatable now; equals pages_total when idle
+    @property
+    def pages_cached(self) -> int: ...
+    @property
+    def cache_hit_tokens(self) -> int: ...
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """The scheduler role (``--scheduler NAME``), driven by ``runtime.scheduler.SchedulerLoop``.
+
+    ``add_request`` raises for a request that can never run, with ``code`` and ``message``
+    attributes when it is the client's fault (``engine.request.RequestRejected``).
+    """
+
+    def info(self) -> Mapping[str, str]:
+        """Facts the frontends need, sent with Ready: ``model_name``, ``max_seq_len``."""
+
+    def add_request(self, request_id: str, prompt_ids: Sequence[int],
+                    sampling: SamplingParams) -> None:
+        """Queue a request."""
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request and free its pages; False if unknown or already finished."""
+
+    def has_work(self) -> bool:
+        """True while any request is waiting or running."""
+
+    def step(self) -> Sequence[StepResult]:
+        """Run one step: new tokens of the requests that got some; terminal ones included."""
+
+    def stats(self) -> SchedulerStats:
+        """Current load and page accounting."""
+
+    def follow(self) -> None:
+        """Tensor-parallel ranks > 0 only: run rank 0's steps until it stops."""
+
+    def close(self) -> None:
+        """Stop what the role started (tensor-parallel followers); idempotent."""
+

@@ -105,7 +105,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
     """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
     from minisgl_core.runtime.client import TransportEngineClient
 
-    max_context = _max_context(model_dir, config.max_seq_len_override)
+    context = max_context(model_dir, config.max_seq_len_override)
     name = config.transport
     transport = registries.transports.get(name)(config.transports.get(name, {}))
     run_dir = make_run_dir()
@@ -126,7 +126,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
 
     threads = threads_per_rank(config.num_threads, len(ranks))
     common = {"config": config, "endpoints": endpoints, "model_dir": model_dir,
-              "max_context": max_context, "plugin_modules": plugin_modules}
+              "max_context": context, "plugin_modules": plugin_modules}
     specs = [WorkerSpec(role=role, **common) for role in ("tokenizer", "detokenizer")]  # type: ignore[arg-type]
     specs += [WorkerSpec(role="scheduler", num_threads=threads, tp_rank=rank, local_rank=i,
                          **common) for i, rank in enumerate(ranks)]
@@ -225,7 +225,8 @@ def _tp_config(config: Any, transport: Any) -> Any:
     return dataclasses.replace(config, dist_port=free_port(config.dist_addr))
 
 
-def _max_context(model_dir: str, override: int | None) -> int:
+def max_context(model_dir: str, override: int | None) -> int:
+    """The context length a run serves: the model's, capped by ``max_seq_len_override``."""
     import json
 
     try:
@@ -242,6 +243,7 @@ def launch(config: Any, pm: Any = None) -> int:
     ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
     """
     from minisgl_core.launch_serve import serve_forever
+    from minisgl_core.model_lookup import ModelNotFoundError, resolve_model
     from minisgl_core.plugins import build_manager, collect
 
     logging.basicConfig(level=config.log_level.upper(),
@@ -249,7 +251,10 @@ def launch(config: Any, pm: Any = None) -> int:
     pm = pm or build_manager()
     registries = collect(pm)
     try:
-        model_dir = resolve_model(pm, config.model)
+        try:
+            model_dir = resolve_model(pm, config.model)
+        except ModelNotFoundError as exc:
+            raise LaunchError(str(exc)) from None
         service = start_service(config, registries, model_dir,
                                 plugin_modules=tuple(_plugin_modules(pm)))
     except LaunchError as exc:
@@ -258,22 +263,10 @@ def launch(config: Any, pm: Any = None) -> int:
     return serve_forever(service, registries, pm)
 
 
-def resolve_model(pm: Any, spec: str | None) -> str:
-    """Turn --model into a local HF-format directory through the resolve hook."""
-    try:
-        path = pm.hook.minisgl_resolve_model(spec=spec)
-    except Exception as exc:  # noqa: BLE001 - conversion and lookup errors are user-facing
-        raise LaunchError(f"cannot load model {spec or 'default'}: {exc}") from exc
-    if not path:
-        raise LaunchError(f"cannot find model {spec!r}: not a directory with config.json, "
-                          "and no plugin resolves it")
-    return str(path)
-
-
 def _plugin_modules(pm: Any) -> list[str]:
     from minisgl_core import plugins
 
     return list(plugins.loaded_module_names(pm))
 
 
-__all__ = ["LaunchError", "Service", "launch", "resolve_model", "start_service"]
+__all__ = ["LaunchError", "Service", "launch", "start_service"]

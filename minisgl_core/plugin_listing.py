@@ -67,6 +67,19 @@ def as_table(rows: Sequence[PluginRow]) -> str:
     )
 
 
+def roles_table(regs: Registries) -> str:
+    """The role implementations by kind, as ``minisgl plugins`` prints them under the table."""
+    from minisgl_core.config_roles import DEFAULT_ROLES
+
+    cells = [("role", "name", "plugin")]
+    for kind in regs.roles.kinds():
+        for entry in regs.roles[kind]:
+            default = " (default)" if entry.name == DEFAULT_ROLES.get(kind) else ""
+            cells.append((kind, entry.name + default, entry.owner))
+    widths = [max(len(c[i]) for c in cells) for i in range(2)]
+    return "\n".join(f"{c[0].ljust(widths[0])}  {c[1].ljust(widths[1])}  {c[2]}" for c in cells)
+
+
 def as_json(rows: Sequence[PluginRow]) -> str:
     """The rows as a JSON list of objects (every field, hooks included)."""
     keys = ("name", "dist", "version", "provides", "hooks", "status")

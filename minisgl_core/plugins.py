@@ -198,12 +198,6 @@ def unconfigure(pm: pluggy.PluginManager, config: LaunchConfig, process: str) ->
     pm.hook.minisgl_unconfigure(config=config, process=process)
 
 
-def resolve_model(pm: pluggy.PluginManager, spec: str | None) -> str | None:
-    """Typed call of ``minisgl_resolve_model``: the first plugin's non-None answer, or None."""
-    result: str | None = pm.hook.minisgl_resolve_model(spec=spec)
-    return result
-
-
 @dataclass
 class Call:
     """The outcome of calling one hook impl by impl: which plugins failed, with what."""
@@ -283,4 +277,4 @@ def collect(pm: pluggy.PluginManager) -> Registries:
 
 __all__ = ["CORE_DIST", "ENTRY_POINT_GROUP", "Broken", "Call", "MinisglPluginManager", "Origin",
            "PluginLoadError", "build_manager", "call_each", "collect", "configure",
-           "loaded_module_names", "register_plugin", "resolve_model", "unconfigure"]
+           "loaded_module_names", "register_plugin", "unconfigure"]

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from minisgl_core import hookimpl, hookspecs
 from minisgl_core.cli import make_app
 from minisgl_core.config import LaunchConfig
-from minisgl_core.plugins import collect, configure, resolve_model, unconfigure
+from minisgl_core.model_lookup import resolve_model
+from minisgl_core.plugins import collect, configure, unconfigure
 from minisgl_core.testing.fixtures import minisgl_pm  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]

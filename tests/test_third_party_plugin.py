@@ -54,7 +54,8 @@ def test_minisgl_plugins_lists_it(installed: metadata.Distribution) -> None:
     rows = {row["name"]: row for row in json.loads(out.stdout)}
     row = rows["transport_loopback"]
     assert row["dist"] == DIST and row["version"] == installed.version
-    assert row["provides"] == ["transport:loopback"] and row["status"] == "ok"
+    assert row["provides"] == ["transport:loopback", "frontend:lines",
+                               "role:tokenizer:shout"] and row["status"] == "ok"
     assert "zmq" not in out.stderr  # nothing complained
 
 
@@ -76,3 +77,37 @@ def test_the_contract_passes_when_found_through_the_entry_point(
                  MINISGL_STRICT_PLUGINS="1"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
+
+
+def test_its_transport_frontend_and_role_serve_together(
+        installed: metadata.Distribution, tmp_path: Path) -> None:
+    import socket
+
+    import httpx
+
+    from minisgl_core.ports import free_port
+    from minisgl_core.testing.service import launch_service
+    from minisgl_core.testing.tiny import make_tiny_model
+
+    model = str(make_tiny_model(tmp_path / "tiny", "llama"))
+    lines_port = free_port()
+    svc = launch_service(model, transport="loopback", frontend="openai,lines", log_dir=tmp_path,
+                         args=["--tokenizer", "shout", "--scheduler", "synthetic",
+                               "-s", f"frontends.lines.port={lines_port}",
+                               "-s", "frontends.lines.max_tokens=40"],
+                         env={"MINISGL_LOAD_PLUGINS": "transport_loopback,transport_zmq,"
+                                                      "frontend_openai"})
+    try:
+        # the synthetic scheduler echoes the prompt's tokens: what shout made of it shows
+        with socket.create_connection(("127.0.0.1", lines_port), timeout=30) as conn:
+            conn.sendall(b"hello world\nsay it again\n")
+            answers = conn.makefile("r", encoding="utf-8")
+            first, second = json.loads(answers.readline()), json.loads(answers.readline())
+        assert first.startswith("HELLO WORLD") and second.startswith("SAY IT AGAIN")
+        beside = httpx.post(f"{svc.url}/v1/completions", timeout=30, json={
+            "model": svc.model_name(), "prompt": "quiet please", "max_tokens": 16}).json()
+        assert beside["choices"][0]["text"].startswith("QUIET")
+        assert "transport loopback | frontend openai,lines" in svc.log()
+    finally:
+        assert svc.stop() == 0
+        assert not svc.leftover_workers()

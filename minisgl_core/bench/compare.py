@@ -149,14 +149,27 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
          max_tokens: int, model: str | None, out_dir: Path, prompt_len: int | None = None,
          duration_limit_s: float = 300.0, offline: bool = True, launch_args: Sequence[str] = (),
          command: str = "minisgl bench compare", progress: bool = True,
-         repeat: int = 1) -> dict[str, Any]:
-    """Run everything, write results.json, results.md and plot.png into ``out_dir``."""
-    from minisgl_core.launcher import resolve_model
+         repeat: int = 1, scheduler: str | None = None) -> dict[str, Any]:
+    """Run everything, write results.json, results.md and plot.png into ``out_dir``.
+
+    ``scheduler`` picks the services' scheduler role; with one other than ``continuous`` (the
+    model) there is no offline engine to compare with, and ``synthetic`` leaves the transports
+    and the processes around the model as all that is measured.
+    """
+    from minisgl_core.model_lookup import resolve_model
     from minisgl_core.plugins import build_manager
 
     if repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {repeat}")
     concurrency = list(dict.fromkeys(concurrency))  # one level per value, in the order given
+    if scheduler not in (None, "continuous"):
+        offline = False  # the offline engine runs the model: nothing to compare a stub with
+    if scheduler is not None:
+        launch_args = ["--scheduler", scheduler, *launch_args]
+    if scheduler is not None:  # a typo fails here, before any service starts
+        from minisgl_core.plugins import build_manager, collect
+
+        collect(build_manager()).roles.check("scheduler", scheduler)
     names = multiprocess_transports(transports)
     if not names:
         raise ValueError("no multi-process transport is installed")
@@ -173,6 +186,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         "machine": {"cpus": os.cpu_count(), "machine": platform.machine(),
                     "processor": platform.processor(), "python": platform.python_version()},
         "repeat": repeat, "service": [], "offline": [], "offline_runs": [],
+        "scheduler": scheduler or "continuous",
     }
     # Every service is up at once (idle, each costs ~0.3% of a core), and each level runs on
     # the offline engine and then on every transport back to back: the machine's speed drifts
@@ -219,6 +233,9 @@ def compare_command(
     offline: Annotated[bool, typer.Option(help="Measure the offline engine too.")] = True,
     repeat: Annotated[int, typer.Option(
         help="Runs of each level per engine, interleaved; the median run is reported.")] = 1,
+    scheduler: Annotated[str | None, typer.Option(
+        help="Scheduler role of the services: continuous (the model, the default) or synthetic "
+             "(no model: measures the transports and the processes around it).")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "-s", "--set", metavar="KEY=VALUE", help="Passed to every `minisgl launch`.")] = None,
 ) -> None:
@@ -233,12 +250,14 @@ def compare_command(
         if value != default:
             argv.append(f"--{flag}={value}")
     argv += [] if offline else ["--no-offline"]
+    argv += [f"--scheduler={scheduler}"] if scheduler else []
     launch_args = [arg for kv in set_ or [] for arg in ("-s", kv)]
     argv += launch_args
     try:
         main(transport or None, concurrency or [1, 8, 32], requests, max_tokens, model, out,
              prompt_len, duration_limit, offline, launch_args,
-             command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat)
+             command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat,
+             scheduler=scheduler)
     except (ValueError, LookupError, RuntimeError) as exc:
         typer.echo(f"minisgl: error: {exc}", err=True)
         raise typer.Exit(1) from None

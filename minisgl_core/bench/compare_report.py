@@ -39,7 +39,8 @@ def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     return "\n".join([
         f"Command: `{results['command']}`", "",
-        f"Model {results['model']}, {results['max_tokens']} output tokens per request (EOS "
+        f"Model {results['model']} ({results.get('scheduler', 'continuous')} scheduler), "
+        f"{results['max_tokens']} output tokens per request (EOS "
         f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
         f"({m['processor'] or m['machine']}), {results['date']}. Each level ran "
         f"{results.get('repeat', 1)} time(s) per engine, interleaved; the median run is shown.",
@@ -78,7 +79,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ttft.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
     ttft.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ttft.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    fig.suptitle(f"minisgl serving: {results['model']}, {results['max_tokens']} tokens/request")
+    scheduler = results.get("scheduler", "continuous")
+    what = results["model"] if scheduler == "continuous" else f"{scheduler} scheduler"
+    fig.suptitle(f"minisgl serving: {what}, {results['max_tokens']} tokens/request")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -19,8 +19,11 @@ class OfflineEngine:
     def __init__(self, model_dir: str, prompt_len: int | None) -> None:
         from minisgl_core.engine.config import EngineConfig
         from minisgl_core.engine.engine import Engine
+        from minisgl_core.model_lookup import resolve
 
-        self.engine = Engine(EngineConfig(model=model_dir, num_threads=os.cpu_count() or 1))
+        resolved = resolve(model_dir)
+        self.engine = Engine(EngineConfig(model=resolved.path, num_threads=os.cpu_count() or 1),
+                             resolved.model_class)
         self.prompt_len = prompt_len
 
     def _prompt(self, i: int) -> list[int]:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from minisgl_core import hookimpl
 
 # Lazy "module:attr" strings: registering imports nothing (torch stays off the --help path).
-# The engine's own fallback table, minisgl_core.engine.models.BUILTIN_MODELS, lists the same.
+# This is the only table of the built-in architectures.
 ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "minisgl_core.engine.models.llama:LlamaForCausalLM",
     "Qwen2ForCausalLM": "minisgl_core.engine.models.qwen2:Qwen2ForCausalLM",

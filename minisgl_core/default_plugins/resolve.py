@@ -6,7 +6,7 @@ from pathlib import Path
 
 from minisgl_core import hookimpl
 
-DEFAULT_SPECS = ("", "default", "smollm2")  # same as minisgl_core.engine.weights.DEFAULT_SPECS
+DEFAULT_SPECS = ("", "default", "smollm2")  # --model values that mean the embedded SmolLM2
 
 
 @hookimpl(trylast=True)

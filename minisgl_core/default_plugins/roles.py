@@ -1,4 +1,4 @@
-"""Default plugin: the core's tokenizer, detokenizer and scheduler roles."""
+"""Default plugin: the core's tokenizer, detokenizer and scheduler roles (continuous, synthetic)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from minisgl_core import hookimpl
 
 @hookimpl
 def minisgl_register_roles(register: Any) -> None:
-    """Register the HF text roles and the continuous-batching scheduler."""
+    """Register the HF text roles, the continuous-batching scheduler and the synthetic one."""
     register("tokenizer", "hf", "minisgl_core.runtime.roles:make_tokenizer")
     register("detokenizer", "hf", "minisgl_core.runtime.roles:make_detokenizer")
     register("scheduler", "continuous", "minisgl_core.runtime.roles:make_scheduler")
+    register("scheduler", "synthetic", "minisgl_core.default_plugins.synthetic:make_synthetic")

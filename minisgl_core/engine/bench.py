@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 PROMPTS = [
@@ -101,12 +102,13 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
 
     from minisgl_core.engine.config import EngineConfig, threads_per_rank
     from minisgl_core.engine.engine import Engine
-    from minisgl_core.engine.weights import resolve_model
+    from minisgl_core.model_lookup import resolve
 
     batch_sizes = list(batch_sizes) or [1, 8, 32]
     threads = threads or os.cpu_count() or 1
     torch.set_num_threads(threads)
-    path = resolve_model(model)
+    resolved = resolve(model)
+    path = Path(resolved.path)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     split = f", tensor-parallel over {tp} ranks" if tp > 1 else ""
     say(f"model {path.name}, fp32, {threads} threads{split}, {max_tokens} new tokens per "
@@ -117,11 +119,12 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     config = EngineConfig(model=str(path), num_threads=per_rank, cache="naive",
                           max_running_requests=max(128, *batch_sizes))
     if tp == 1:
-        _compare(Engine(config), path, batch_sizes, max_tokens, json_lines, profile, repeat)
+        _compare(Engine(config, resolved.model_class), path, batch_sizes, max_tokens,
+                 json_lines, profile, repeat)
         return
     from minisgl_core.engine.tp_local import LocalGroup
 
-    group = LocalGroup(config, tp)
+    group = LocalGroup(config, resolved.model_class, tp)
     try:
         _compare(group.engine, path, batch_sizes, max_tokens, json_lines, profile, repeat,
                  threads={"engine": per_rank, "hf": threads})

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from minisgl_core.bench.results import percentile
@@ -128,10 +129,12 @@ def run(model: str | None = None, *, requests: int = 32, system_tokens: int = 50
     """Both caches on every arrival pattern; results in run order."""
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
-    from minisgl_core.engine.weights import resolve_model
+    from minisgl_core.model_lookup import resolve
 
-    path = resolve_model(model)
-    engines = {c: Engine(EngineConfig(model=str(path), cache=c, num_threads=threads))
+    resolved = resolve(model)
+    path = Path(resolved.path)
+    engines = {c: Engine(EngineConfig(model=str(path), cache=c, num_threads=threads),
+                         resolved.model_class)
                for c in ("naive", "radix")}
     tok = engines["radix"].tokenizer
     prompts = chat_prompts(tok, requests, system_tokens)

@@ -21,7 +21,7 @@ def threads_per_rank(total: int | None, ranks: int) -> int:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How to build an Engine; ``model`` is a directory or a spec for weights.resolve_model."""
+    """How to build an Engine; ``model`` is a model directory (``model_lookup.resolve_model``)."""
 
     model: str
     dtype: str = "float32"

@@ -20,7 +20,6 @@ from minisgl_core.engine import prompt_logprobs
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
-from minisgl_core.engine.models import get_model_class
 from minisgl_core.engine.request import (
     Request,
     RequestRejected,
@@ -30,7 +29,7 @@ from minisgl_core.engine.request import (
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
-from minisgl_core.engine.weights import Checkpoint, resolve_model
+from minisgl_core.engine.weights import Checkpoint
 from minisgl_core.messages import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
@@ -89,17 +88,20 @@ def default_num_pages(config: EngineConfig, cfg: ModelConfig, num_kv_heads: int,
 class Engine:
     """Continuous batching over a paged KV cache for one model on one device.
 
-    With ``tp`` (size > 1) this is one tensor-parallel rank: rank 0 schedules, samples and
-    broadcasts each step's inputs; the other ranks only run ``follow()``.
+    ``config.model`` is a model directory and ``model_class`` the class of its architecture,
+    both already resolved (``minisgl_core.model_lookup``). With ``tp`` (size > 1) this is one
+    tensor-parallel rank: rank 0 schedules, samples and broadcasts each step's inputs; the other
+    ranks only run ``follow()``.
     """
 
-    def __init__(self, config: EngineConfig, tp: TensorParallel | None = None) -> None:
+    def __init__(self, config: EngineConfig, model_class: Any,
+                 tp: TensorParallel | None = None) -> None:
         from minisgl_core.text.hf import load_tokenizer  # without transformers when it can
 
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
         self.config = config
-        path = resolve_model(config.model)
+        path = Path(config.model)
         self.model_path = path
         self.model_name = path.name
         self.model_config = cfg = ModelConfig.from_dir(path)
@@ -111,8 +113,8 @@ class Engine:
         self.vocab_size = cfg.vocab_size
         self.tp = tp if tp is not None and tp.size > 1 else None
         extra = {} if self.tp is None else {"tp": self.tp}  # plugin models need not know tp
-        self.model = get_model_class(cfg.architecture)(cfg, dtype=self.dtype, device=self.device,
-                                                       max_seq_len=self.max_seq_len, **extra)
+        self.model = model_class(cfg, dtype=self.dtype, device=self.device,
+                                 max_seq_len=self.max_seq_len, **extra)
         self.model.load_weights(Checkpoint(path))
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
@@ -198,6 +200,11 @@ class Engine:
         """Step until no request is left, yielding every StepOutput as it comes."""
         while self.has_work():
             yield from self.step()
+
+    def info(self) -> dict[str, str]:
+        """Facts the frontends need (sent with the scheduler's Ready)."""
+        return {"model_name": self.model_name, "max_seq_len": str(self.max_seq_len),
+                "vocab_size": str(self.vocab_size)}
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""

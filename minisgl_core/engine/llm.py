@@ -43,26 +43,34 @@ class LLM:
 
     With ``tp`` > 1 the model is split over ``tp`` ranks: this process is rank 0 and the others
     run as ``minisgl tp-worker`` subprocesses until ``close()`` (or the end of a ``with``).
+    The model is found as the service finds it: the plugins' resolvers and model classes
+    (installed ones, ``MINISGL_PLUGINS`` and ``plugins``) come first, then the core's.
     """
 
     def __init__(self, model: str | None = None, dtype: str = "float32",
                  num_pages: int | None = None, page_size: int = 16,
                  max_seq_len_override: int | None = None, tp: int = 1,
-                 **options: Any) -> None:
-        from minisgl_core.engine.weights import resolve_model
+                 plugins: Sequence[str | object] = (), **options: Any) -> None:
+        from minisgl_core.model_lookup import resolve
+        from minisgl_core.plugins import build_manager, loaded_module_names
 
-        config = EngineConfig(model=str(resolve_model(model)), dtype=dtype, num_pages=num_pages,
+        # the service's plugins: entry points, MINISGL_PLUGINS and ``plugins`` (module names or
+        # objects) resolve the model and provide its class, here and on every tp rank
+        pm = build_manager(extra=list(plugins))
+        resolved = resolve(model, pm)
+        config = EngineConfig(model=resolved.path, dtype=dtype, num_pages=num_pages,
                               page_size=page_size, max_seq_len_override=max_seq_len_override,
                               **options)
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self._group: LocalGroup | None = None
         if tp == 1:
-            self.engine = Engine(config)
+            self.engine = Engine(config, resolved.model_class)
         else:
             from minisgl_core.engine.tp_local import LocalGroup
 
-            self._group = LocalGroup(config, tp)
+            self._group = LocalGroup(config, resolved.model_class, tp,
+                                     plugin_modules=tuple(loaded_module_names(pm)))
             self.engine = self._group.engine
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +19,6 @@ import torch
 from minisgl_core.engine.config import EngineConfig, ModelConfig
 from minisgl_core.engine.engine import Engine, default_num_pages
 from minisgl_core.engine.parallel import check_tp, init_tensor_parallel, shard
-from minisgl_core.engine.weights import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,11 @@ def _facts(cfg: ModelConfig) -> dict[str, Any]:
     return {k: getattr(cfg, k) for k in MODEL_FACTS}
 
 
-def start_rank(config: EngineConfig, rank: int, size: int, addr: str, port: int,
-               timeout_s: float = 300.0) -> Engine:
-    """This process's Engine as rank ``rank`` of ``size``, once every rank has joined."""
-    path = resolve_model(config.model)
+def start_rank(config: EngineConfig, model_class: Any, rank: int, size: int, addr: str,
+               port: int, timeout_s: float = 300.0) -> Engine:
+    """This process's Engine as rank ``rank`` of ``size``, once every rank has joined;
+    ``config.model`` is a resolved directory and ``model_class`` its architecture's class."""
+    path = Path(config.model)
     cfg = ModelConfig.from_dir(path)
     check_tp(cfg.num_heads, cfg.num_kv_heads, size)  # fail before anyone waits for us
     if config.num_threads is not None:
@@ -63,7 +64,7 @@ def start_rank(config: EngineConfig, rank: int, size: int, addr: str, port: int,
                 raise ValueError(f"rank {rank}'s model {path} differs from rank 0's: "
                                  f"{_facts(cfg)} != {settings['model']}")
             config = dataclasses.replace(config, **settings["engine"])
-        engine = Engine(config, tp)
+        engine = Engine(config, model_class, tp)
         ok = tp.all_reduce(torch.ones(1, device=tp.device))  # every rank built its shard
         if int(ok.item()) != size:
             raise RuntimeError(f"only {int(ok.item())} of {size} ranks started")
@@ -75,19 +76,15 @@ def start_rank(config: EngineConfig, rank: int, size: int, addr: str, port: int,
     return engine
 
 
-def run_worker(model_dir: str, rank: int, size: int, addr: str, port: int, *,
-               device: str = "cpu", num_threads: int | None = None,
+def run_worker(model_dir: str, model_class: Any, rank: int, size: int, addr: str, port: int,
+               *, device: str = "cpu", num_threads: int | None = None,
                timeout_s: float = 300.0) -> int:
     """``minisgl tp-worker``: be rank ``rank`` until rank 0 stops; the exit code."""
     if rank < 1:
         raise ValueError("tp-worker runs ranks 1..tp-1; rank 0 is `minisgl launch`")
-    from minisgl_core.engine.models import use_registry
-    from minisgl_core.plugins import build_manager, collect
-
-    use_registry(collect(build_manager()).models)  # the same plugin models as rank 0's host
     engine = start_rank(EngineConfig(model=model_dir, device=local_device(device, 0),
                                      num_threads=num_threads),
-                        rank, size, addr, port, timeout_s)
+                        model_class, rank, size, addr, port, timeout_s)
     try:
         engine.follow()
     except RuntimeError as exc:  # rank 0's sockets closed: it died or was killed
@@ -98,12 +95,12 @@ def run_worker(model_dir: str, rank: int, size: int, addr: str, port: int, *,
     return 0
 
 
-def worker_command(model_dir: str, rank: int, size: int, addr: str, port: int,
-                   **options: Any) -> None:
+def worker_command(model_dir: str, model_class: Any, rank: int, size: int, addr: str,
+                   port: int, **options: Any) -> None:
     """``minisgl tp-worker``'s body: log to stderr, run the rank, exit with its code."""
     logging.basicConfig(level="INFO", format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
     try:
-        code = run_worker(model_dir, rank, size, addr, port, **options)
+        code = run_worker(model_dir, model_class, rank, size, addr, port, **options)
     except (ValueError, RuntimeError) as exc:
         print(f"minisgl: error: {exc}", file=sys.stderr)
         code = 1

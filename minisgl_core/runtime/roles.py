@@ -1,11 +1,19 @@
-"""Factories of the core's own roles: the HF tokenizer and detokenizer, the continuous scheduler."""
+"""Factories of the core's own roles: the HF tokenizer and detokenizer, the continuous scheduler.
+
+Each is called as ``factory(context)`` with a ``runtime.spec.RoleContext``; heavy imports stay
+inside, so that a process imports only what its own role needs.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from minisgl_core.runtime.spec import WorkerSpec
+from minisgl_core.runtime.spec import RoleContext
+
+if TYPE_CHECKING:
+    from minisgl_core.interfaces import Detokenizer, Scheduler, Tokenizer
 
 
 def _one_thread() -> None:
@@ -14,21 +22,29 @@ def _one_thread() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def make_tokenizer(spec: WorkerSpec) -> Any:
+def no_options(kind: str, name: str, options: Mapping[str, Any]) -> None:
+    """Refuse an options table for a role that takes none (a typo must not pass silently)."""
+    if options:
+        raise ValueError(f"the {kind} {name!r} takes no options, got "
+                         f"[roles.{kind}.{name}] {', '.join(sorted(options))}")
+
+
+def make_tokenizer(context: RoleContext) -> Tokenizer:
     """The HF tokenizer role: text or chat messages -> token ids, with the model's chat template."""
+    no_options("tokenizer", "hf", context.options)
     _one_thread()
     from minisgl_core.text.tokenize import TokenizerRole
 
-    return TokenizerRole(spec.model_dir, spec.max_context,
-                         vocab_size=spec.extra.get("vocab_size"))
+    return TokenizerRole(context.spec.model_dir, context.spec.max_context)
 
 
-def make_detokenizer(spec: WorkerSpec) -> Any:
+def make_detokenizer(context: RoleContext) -> Detokenizer:
     """The HF incremental detokenizer role."""
+    no_options("detokenizer", "hf", context.options)
     _one_thread()
     from minisgl_core.text.detokenize import DetokenizerRole
 
-    return DetokenizerRole(spec.model_dir)
+    return DetokenizerRole(context.spec.model_dir)
 
 
 def _trim_heap() -> None:
@@ -43,12 +59,16 @@ def _trim_heap() -> None:
             pass
 
 
-def make_scheduler(spec: WorkerSpec) -> Any:
+def make_scheduler(context: RoleContext) -> Scheduler:
     """The engine with continuous batching over the paged KV cache."""
+    no_options("scheduler", "continuous", context.options)
     import torch
 
     from minisgl_core.engine.engine import Engine, EngineConfig
+    from minisgl_core.model_lookup import model_class
 
+    spec = context.spec
+    cls = model_class(context.models, spec.model_dir)
     torch.set_num_threads(spec.num_threads)
     cfg = spec.config
     fields = {
@@ -64,9 +84,8 @@ def make_scheduler(spec: WorkerSpec) -> Any:
         "cache": cfg.cache,
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
-    tp = getattr(cfg, "tp", 1)
-    if tp == 1:
-        engine = Engine(config)
+    if cfg.tp == 1:
+        engine = Engine(config, cls)
         _trim_heap()
         return engine
     import dataclasses
@@ -75,5 +94,5 @@ def make_scheduler(spec: WorkerSpec) -> Any:
 
     # this process is one rank; rank 0 schedules, the others follow it
     config = dataclasses.replace(config, device=local_device(config.device, spec.local_rank))
-    return start_rank(config, spec.tp_rank, tp, cfg.dist_addr, cfg.dist_port,
+    return start_rank(config, cls, spec.tp_rank, cfg.tp, cfg.dist_addr, cfg.dist_port,
                       cfg.ready_timeout_s)

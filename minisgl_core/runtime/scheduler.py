@@ -6,11 +6,10 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from minisgl_core import codec
-from minisgl_core.interfaces import ChannelClosed, Receiver, Sender
+from minisgl_core.interfaces import ChannelClosed, Receiver, Scheduler, Sender, StepResult
 from minisgl_core.messages import (
     Abort,
     DetokenizeInfo,
@@ -34,7 +33,7 @@ STATS_INTERVAL_S = 0.1
 class SchedulerLoop:
     """Owns the engine: every request ends with exactly one terminal TokenDelta made here."""
 
-    def __init__(self, engine: Any, inbox: Receiver, outbox: Sender,
+    def __init__(self, engine: Scheduler, inbox: Receiver, outbox: Sender,
                  report: Callable[[Message], None]) -> None:
         self.engine = engine
         self.inbox = inbox
@@ -146,7 +145,7 @@ class SchedulerLoop:
         self.pending.append(TokenDelta(request_id=rid, finish_reason=reason,  # type: ignore[arg-type]
                                        prompt_tokens=prompt_tokens, detokenize=info, error=error))
 
-    def _collect(self, outputs: list[Any]) -> None:
+    def _collect(self, outputs: Sequence[StepResult]) -> None:
         for out in outputs:
             rid = out.request_id
             if rid not in self.live:  # finished or aborted earlier: never emit after a terminal
@@ -159,10 +158,10 @@ class SchedulerLoop:
             self.pending.append(TokenDelta(
                 request_id=rid, token_ids=tuple(out.token_ids), finish_reason=out.finish_reason,
                 prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
-                cached_tokens=getattr(out, "cached_tokens", 0),
+                cached_tokens=out.cached_tokens,
                 detokenize=self.first_delta_info.pop(rid, None),
-                logprobs=tuple(getattr(out, "logprobs", ())),
-                prompt_logprobs=getattr(out, "prompt_logprobs", None)))
+                logprobs=tuple(out.logprobs),
+                prompt_logprobs=out.prompt_logprobs))
         if outputs:
             self._stats_dirty = True
 
@@ -187,12 +186,12 @@ class SchedulerLoop:
             "requests_running": float(s.running), "requests_waiting": float(s.waiting),
             "kv_pages_total": float(s.pages_total), "kv_pages_free": float(s.pages_free),
             "scheduler_batch_peak": float(self.batch_peak),
-            "kv_pages_cached": float(getattr(s, "pages_cached", 0)),
+            "kv_pages_cached": float(s.pages_cached),
         }
         counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
                     "scheduler_generation_tokens_total": float(self.generation_tokens_total),
                     "scheduler_steps_total": float(self.steps_total),
-                    "prefix_cache_hit_tokens_total": float(getattr(s, "cache_hit_tokens", 0))}
+                    "prefix_cache_hit_tokens_total": float(s.cache_hit_tokens)}
         counters.update({f"scheduler_finished_{k}_total": float(v)
                          for k, v in self.finished_total.items()})
         return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters)

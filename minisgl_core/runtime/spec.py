@@ -1,9 +1,14 @@
-"""WorkerSpec: everything a spawned worker needs, as plain picklable data."""
+"""WorkerSpec: everything a spawned worker needs, as plain picklable data; RoleContext: what
+a role factory gets in that worker."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from minisgl_core.registry import Registry
 
 RoleName = Literal["tokenizer", "detokenizer", "scheduler"]
 
@@ -30,7 +35,6 @@ class WorkerSpec:
     max_context: int
     plugin_modules: tuple[str, ...] = ()
     num_threads: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
     tp_rank: int = 0  # the scheduler's tensor-parallel rank; ranks > 0 only follow rank 0
     local_rank: int = 0  # its index among this host's ranks (picks cuda:<local_rank>)
 
@@ -38,3 +42,17 @@ class WorkerSpec:
     def name(self) -> str:
         """The process name: the role, with the rank for tensor-parallel followers."""
         return self.role if self.tp_rank == 0 else f"{self.role}-rank{self.tp_rank}"
+
+
+@dataclass(frozen=True)
+class RoleContext:
+    """What a role factory is called with: ``factory(context)`` returns the role.
+
+    ``options`` is the ``[roles.<kind>.<name>]`` table of the selected implementation (empty
+    when absent; the role validates it); ``models`` is the model registry, for roles that
+    build a model (``model_lookup.model_class(context.models, context.spec.model_dir)``).
+    """
+
+    spec: WorkerSpec
+    options: Mapping[str, Any]
+    models: Registry[Any]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from minisgl_core import codec
-from minisgl_core.interfaces import ChannelClosed, Receiver, Sender
+from minisgl_core.interfaces import ChannelClosed, Detokenizer, Receiver, Sender, Tokenizer
 from minisgl_core.messages import (
     Abort,
     GenerateRequest,
@@ -41,7 +41,7 @@ def _received(inbox: Receiver, decode: Callable[[bytes], Any],
         yield data, msg
 
 
-def run_tokenizer(role: Any, inbox: Receiver, outbox: Sender) -> None:
+def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender) -> None:
     """Tokenize requests and forward aborts on the same path, in arrival order."""
     for data, msg in _received(inbox, codec.decode_tokenizer, "tokenizer"):
         match msg:
@@ -53,7 +53,7 @@ def run_tokenizer(role: Any, inbox: Receiver, outbox: Sender) -> None:
                 return
 
 
-def run_detokenizer(role: Any, inbox: Receiver, outboxes: dict[str, Sender],
+def run_detokenizer(role: Detokenizer, inbox: Receiver, outboxes: dict[str, Sender],
                     report: Callable[[Message], None]) -> None:
     """Turn each step's token deltas into text deltas and route them to their frontends."""
     reported, last_report = -1, 0.0

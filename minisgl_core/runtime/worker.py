@@ -12,11 +12,9 @@ from typing import Any
 
 from minisgl_core import codec
 from minisgl_core.messages import Fatal, Message, Ready
-from minisgl_core.runtime.spec import WorkerSpec
+from minisgl_core.runtime.spec import RoleContext, WorkerSpec
 
 log = logging.getLogger(__name__)
-
-ROLE_NAMES = {"tokenizer": "hf", "detokenizer": "hf", "scheduler": "continuous"}
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -81,19 +79,13 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
     from minisgl_core.runtime.scheduler import SchedulerLoop
     from minisgl_core.runtime.text_loops import run_detokenizer, run_tokenizer
 
-    if spec.role == "scheduler":  # models registered by plugins (minisgl_register_models)
-        from minisgl_core.engine.models import use_registry
-
-        use_registry(registries.models)
-    role_name = getattr(spec.config, f"{spec.role}_role", None) or ROLE_NAMES[spec.role]
-    role = registries.roles[spec.role].get(role_name)(spec)
+    # the role selected by --tokenizer/--detokenizer/--scheduler, with its [roles.<kind>.<name>]
+    name = spec.config.role_name(spec.role)
+    context = RoleContext(spec, spec.config.role_table(spec.role, name), registries.models)
+    role = registries.roles[spec.role].get(name)(context)
     ep = spec.endpoints
-    ready = Ready(process=spec.name, pid=os.getpid(), info=_ready_info(role))
-    if spec.role == "scheduler" and spec.tp_rank > 0:  # a follower: no inbox, no outbox
-        report(ready)
-        role.follow()
-        role.close()
-    elif spec.role == "tokenizer":
+    ready = Ready(process=spec.name, pid=os.getpid())
+    if spec.role == "tokenizer":
         inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
         report(ready)
         run_tokenizer(role, inbox, outbox)
@@ -102,22 +94,18 @@ def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None
         outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
         report(ready)
         run_detokenizer(role, inbox, outboxes, report)
+    elif spec.tp_rank > 0:  # a tensor-parallel follower: no inbox, no outbox
+        report(ready)
+        role.follow()
     else:
         inbox, outbox = transport.pull(ep.scheduler, bind=True), transport.push(ep.detokenizer)
         loop = SchedulerLoop(role, inbox, outbox, report)
-        report(ready)
+        report(Ready(process=spec.name, pid=os.getpid(), info=dict(role.info())))
         report(loop.stats())
         loop.run()
-        if hasattr(role, "close"):  # tensor parallelism: stop the follower ranks
-            role.close()
-
-
-def _ready_info(role: Any) -> dict[str, str]:
-    info = {}
-    for key in ("model_name", "max_seq_len", "vocab_size"):
-        if hasattr(role, key):
-            info[key] = str(getattr(role, key))
-    return info
+    # after a clean exit only (tensor parallelism: rank 0 stops the follower ranks here); after
+    # a failure the group may be broken, and the process exit releases everything anyway
+    role.close()
 
 
 def die_with_parent() -> None:

@@ -33,8 +33,11 @@ def generate(model: str, prompts: Sequence[Sequence[int]], max_tokens: int,
     """Greedy tokens on one rank in this process (the tp=1 reference) and the seconds taken."""
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
+    from minisgl_core.model_lookup import resolve
 
-    return _generate(Engine(EngineConfig(model=model, **options)), prompts, max_tokens)
+    resolved = resolve(model)
+    return _generate(Engine(EngineConfig(model=resolved.path, **options), resolved.model_class),
+                     prompts, max_tokens)
 
 
 def _rank_main(fn: Callable[..., Any], rank: int, size: int, port: int, args: tuple[Any, ...],
@@ -81,9 +84,11 @@ def _generate_rank(rank: int, size: int, port: int, model: str, prompts: list[li
                    max_tokens: int, options: dict[str, Any]) -> Any:
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.tp_rank import start_rank
+    from minisgl_core.model_lookup import resolve
 
-    engine = start_rank(EngineConfig(model=model, **options), rank, size, "127.0.0.1", port,
-                        timeout_s=60)
+    resolved = resolve(model)
+    engine = start_rank(EngineConfig(model=resolved.path, **options), resolved.model_class, rank,
+                        size, "127.0.0.1", port, timeout_s=60)
     result = _generate(engine, prompts, max_tokens) if rank == 0 else engine.follow()
     engine.close()
     return result

@@ -63,6 +63,9 @@ class DetokenizerRole:
         self._states: dict[str, _Request] = {}
         self._finished: dict[str, None] = {}  # ordered set of recently finished ids
 
+    def close(self) -> None:
+        """Nothing to release: the tokenizer is plain memory."""
+
     def active_count(self) -> int:
         """Requests with live state (0 when the service is idle)."""
         return len(self._states)

@@ -54,6 +54,9 @@ class TokenizerRole:
         self.eos_token_ids: frozenset[int] = eos_token_ids(self.tokenizer, model_dir)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
 
+    def close(self) -> None:
+        """Nothing to release: the tokenizer is plain memory."""
+
     def tokenize(self, req: GenerateRequest) -> TokenizedRequest:
         """Turn one GenerateRequest into a TokenizedRequest (with ``error`` set if it is bad)."""
         info = DetokenizeInfo(owner=req.owner, stop=req.sampling.stop,

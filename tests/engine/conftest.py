@@ -11,6 +11,7 @@ import pytest
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.request import StepOutput
+from minisgl_core.model_lookup import resolve
 from minisgl_core.testing.tiny import ARCHES, make_tiny_model
 
 
@@ -24,7 +25,8 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def make_engine(tiny_models: dict[str, Path]) -> Callable[..., Engine]:
     def make(arch: str = "llama", **options: Any) -> Engine:
         options.setdefault("num_threads", 1)
-        return Engine(EngineConfig(model=str(tiny_models[arch]), **options))
+        resolved = resolve(str(tiny_models[arch]))
+        return Engine(EngineConfig(model=resolved.path, **options), resolved.model_class)
 
     return make
 

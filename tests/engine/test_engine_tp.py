@@ -37,9 +37,9 @@ def test_tp2_equals_tp1(tiny_models: dict[str, Path], arch: str) -> None:
 def test_default_model_tp2_equals_tp1() -> None:
     from transformers import AutoTokenizer
 
-    from minisgl_core.engine.weights import resolve_model
+    from minisgl_core.model_lookup import resolve
 
-    path = str(resolve_model(None))
+    path = resolve(None).path
     tok = AutoTokenizer.from_pretrained(path)
     texts = ["The capital of France is", "Write a haiku about autumn leaves.",
              "def fibonacci(n):", "List three primary colors:"]
@@ -93,6 +93,7 @@ def test_local_group_fails_fast_when_a_follower_exits(tiny_models: dict[str, Pat
 
     from minisgl_core.engine import tp_local
     from minisgl_core.engine.config import EngineConfig
+    from minisgl_core.model_lookup import resolve
 
     def broken_follower(*_: object) -> subprocess.Popen[bytes]:  # a rank that dies at start
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
@@ -100,6 +101,6 @@ def test_local_group_fails_fast_when_a_follower_exits(tiny_models: dict[str, Pat
     monkeypatch.setattr(tp_local, "_start_follower", broken_follower)
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="rank 1 exited with code 3 before the group formed"):
-        tp_local.LocalGroup(EngineConfig(model=str(tiny_models["llama"]), num_threads=1), 2,
-                            timeout_s=30)
+        tp_local.LocalGroup(EngineConfig(model=str(tiny_models["llama"]), num_threads=1),
+                            resolve(str(tiny_models["llama"])).model_class, 2, timeout_s=30)
     assert time.monotonic() - start < 25  # not rank 0's 30 s wait for a rank that never joins

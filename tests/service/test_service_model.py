@@ -13,9 +13,9 @@ pytestmark = pytest.mark.model
 
 
 def test_default_model_answers_and_streams_multibyte_text(tmp_path: Path) -> None:
-    from minisgl_core.engine.weights import resolve_model
+    from minisgl_core.model_lookup import resolve
 
-    svc = launch_service(str(resolve_model(None)), transport="zmq", log_dir=tmp_path)
+    svc = launch_service(resolve(None).path, transport="zmq", log_dir=tmp_path)
     try:
         client = OpenAI(base_url=f"{svc.url}/v1", api_key="none")
         model = client.models.list().data[0].id

@@ -1,7 +1,11 @@
-"""Example third-party minisgl plugin: registers the ``loopback`` transport.
+"""Example third-party minisgl plugin: a transport, a frontend and a role in one distribution.
+
+- transport ``loopback``: the zmq transport with every channel on a TCP port of 127.0.0.1;
+- frontend ``lines``: a TCP server that takes one prompt per line and answers one JSON line;
+- tokenizer role ``shout``: the HF tokenizer on upper-cased (or lower-cased) prompts.
 
 This module is what the entry point names, so it is imported in every process of a service and
-by ``minisgl plugins``: it stays light and only says where the transport lives.
+by ``minisgl plugins``: it stays light and only says where each part lives.
 """
 
 from __future__ import annotations
@@ -16,3 +20,13 @@ __version__ = "0.1.0"
 @hookimpl
 def minisgl_register_transports(register: Any) -> None:
     register("loopback", "minisgl_transport_loopback.transport:LoopbackTransport")
+
+
+@hookimpl
+def minisgl_register_frontends(register: Any) -> None:
+    register("lines", "minisgl_transport_loopback.lines:LinesFrontend")
+
+
+@hookimpl
+def minisgl_register_roles(register: Any) -> None:
+    register("tokenizer", "shout", "minisgl_transport_loopback.shout:make_shout")

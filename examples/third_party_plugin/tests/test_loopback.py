@@ -1,4 +1,5 @@
-"""The transport contract suite, run against the example plugin exactly as a third party would."""
+"""The transport and tokenizer-role contract suites, run against the example plugin as a third
+party would."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import minisgl_transport_loopback
 
 from minisgl_core.plugins import build_manager, collect
 from minisgl_core.rundir import private_run_dir
-from minisgl_core.testing import TransportContract
+from minisgl_core.testing import TokenizerContract, TransportContract
 
 
 class TestLoopbackContract(TransportContract):
@@ -33,3 +34,38 @@ def test_every_process_of_a_run_agrees_on_a_channel_port() -> None:
     finally:
         a.close()
         b.close()
+
+
+class TestShoutContract(TokenizerContract):
+    """The tokenizer role contract, as for any tokenizer role."""
+
+    role = "shout"
+    plugins = ("minisgl_transport_loopback",)
+
+
+class TestShoutLowerContract(TestShoutContract):
+    options = {"case": "lower"}
+
+
+def test_shout_tokenizes_the_recased_prompt(tmp_path) -> None:  # noqa: ANN001
+    from minisgl_transport_loopback.shout import ShoutTokenizer
+
+    from minisgl_core.messages import GenerateRequest, SamplingParams
+    from minisgl_core.testing.tiny import make_tiny_model
+    from minisgl_core.text.tokenize import TokenizerRole
+
+    plain = TokenizerRole(make_tiny_model(tmp_path / "tiny", "llama"), 512)
+    loud = ShoutTokenizer(plain)
+
+    def ids(role: object, prompt: str) -> tuple[int, ...]:
+        request = GenerateRequest(request_id="r", owner="o", sampling=SamplingParams(),
+                                  prompt=prompt)
+        return role.tokenize(request).prompt_ids  # type: ignore[attr-defined]
+
+    assert ids(loud, "Hello world") == ids(plain, "HELLO WORLD") != ids(plain, "Hello world")
+    try:
+        ShoutTokenizer(plain, "sideways")
+    except ValueError as exc:
+        assert 'case must be "upper" or "lower"' in str(exc)
+    else:
+        raise AssertionError("a bad case was accepted")
