@@ -44,7 +44,8 @@ class Sample:
     kv_used: float  # pages held by requests (total - allocatable)
     kv_cached: float  # pages held by the prefix cache
     kv_free: float  # allocatable now (free, or cached and used by no request)
-    hit_rate: float | None  # share of admitted prompt tokens the prefix cache supplied
+    hit_rate: float | None  # share of admitted prompt tokens the prefix cache supplied in dt
+    hit_rate_total: float | None  # the same since the service started
     ttft_s: float | None  # mean time to first token of the requests that finished in dt
 
 
@@ -92,6 +93,8 @@ class StatsHistory:
             kv_cached=_num(engine.get("kv_pages_cached")), kv_free=free,
             hit_rate=min((cur.cache_hit_tokens - prev.cache_hit_tokens) / prompt, 1.0)
             if prompt > 0 else None,
+            hit_rate_total=min(cur.cache_hit_tokens / cur.prompt_tokens, 1.0)
+            if cur.prompt_tokens > 0 else None,
             ttft_s=(cur.ttft_sum - prev.ttft_sum) / ttft_n if ttft_n > 0 else None))
         while self.samples and self.samples[0].t < now - self.horizon_s:
             self.samples.popleft()

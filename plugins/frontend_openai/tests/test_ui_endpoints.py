@@ -104,6 +104,7 @@ def test_history_rates_are_counter_differences() -> None:
     assert first["dt"] == 0 and first["tokens_per_s"] == 0 and first["hit_rate"] is None
     assert second["dt"] == 2.0 and second["tokens_per_s"] == 20.0
     assert second["prompt_tokens_per_s"] == 20.0 and second["hit_rate"] == 0.25
+    assert first["hit_rate_total"] == 0.2 and second["hit_rate_total"] == 20 / 90
     assert second["ttft_s"] == 0.2 and second["waiting"] == 0  # NaN gauges read as 0
     assert second["kv_used"] == 12 and second["kv_cached"] == 6
     assert history.since(1000.0) == [second]

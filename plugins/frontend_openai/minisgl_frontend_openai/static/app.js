@@ -51,6 +51,8 @@
   window.addEventListener("hashchange", show);
   document.addEventListener("visibilitychange", show);
   window.addEventListener("resize", () => M.redrawDashboard());
+  // on a phone the conversation gets the screen; the settings open on demand
+  if (window.matchMedia("(max-width: 760px)").matches) $("settings").open = false;
   M.initChat();
   show();
   loadModel();

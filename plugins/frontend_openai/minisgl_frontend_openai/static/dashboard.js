@@ -3,16 +3,19 @@
 (function () {
   const M = (window.minisgl = window.minisgl || {});
   const $ = (id) => document.getElementById(id);
-  const WINDOW_S = 300;
+  const WINDOW_S = 300; // the charts keep five minutes...
+  const MIN_SPAN_S = 60; // ...and span at least one, growing as samples come in
   const samples = [];
   let since = null, timer = null, inFlight = false, infoShown = false;
 
   const CHARTS = {
     "chart-tps": { series: [["output", "--c1", "tokens_per_s"], ["prompt", "--c2", "prompt_tokens_per_s"]] },
-    "chart-requests": { series: [["running", "--c1", "running"], ["waiting", "--c2", "waiting"]] },
+    "chart-requests": { series: [["running", "--c1", "running"], ["waiting", "--c2", "waiting"]],
+                        integer: true },
     "chart-kv": { series: [["in use", "--c1", "kv_used"], ["prefix cache", "--c4", "kv_cached"],
-                           ["allocatable", "--c3", "kv_free"]] },
-    "chart-hit": { series: [["hit rate", "--c3", "hit_rate"]], percent: true, yMax: 1 },
+                           ["allocatable", "--c3", "kv_free"]], integer: true },
+    "chart-hit": { series: [["recent", "--c3", "hit_rate"], ["since start", "--c1", "hit_rate_total"]],
+                   percent: true, yMax: 1 },
   };
 
   function fmt(v, digits) {
@@ -25,7 +28,11 @@
         name, color, points: samples.map((s) => [s.t, s[key]]),
       }));
       M.legend(id, series);
-      M.drawChart($(id), series, { t0: now - WINDOW_S, t1: now, yMax: spec.yMax, percent: spec.percent });
+      const span = Math.min(WINDOW_S, Math.max(MIN_SPAN_S, samples.length ? now - samples[0].t : 0));
+      const last = samples[samples.length - 1];
+      const yMax = id === "chart-kv" && last && last.kv_total > 0 ? last.kv_total : spec.yMax;
+      M.drawChart($(id), series, { t0: now - span, t1: now, yMax,
+                                   percent: spec.percent, integer: spec.integer });
     }
   }
 
