@@ -52,7 +52,9 @@
   document.addEventListener("visibilitychange", show);
   window.addEventListener("resize", () => M.redrawDashboard());
   // on a phone the conversation gets the screen; the settings open on demand
-  if (window.matchMedia("(max-width: 760px)").matches) $("settings").open = false;
+  const phone = window.matchMedia("(max-width: 760px)");
+  if (phone.matches) $("settings").open = false;
+  phone.addEventListener("change", (ev) => { if (ev.matches) $("settings").open = false; });
   M.initChat();
   show();
   loadModel();
