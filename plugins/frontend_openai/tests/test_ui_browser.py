@@ -186,7 +186,9 @@ def test_dashboard_shows_the_load(browser: Any, service: RunningService, shots: 
     page.wait_for_selector("#served dd", timeout=10_000)
     served = page.inner_text("#served")
     assert model_name(service) in served and "zmq" in served and "openai" in served
-    assert "quantization" not in served  # not configured: not shown
+    info = httpx.get(f"{service.url}/v1/engine/info",
+                     headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert ("quantization" in served) == ("quantization" in info)  # shown only when configured
     assert "frontend_openai" in page.inner_text("#plugins")
     stop = threading.Event()
     model = model_name(service)

@@ -62,7 +62,6 @@
   function busy(on) {
     $("send").hidden = on;
     $("stop").hidden = !on;
-    $("prompt").disabled = false;
   }
 
   async function send(text) {
