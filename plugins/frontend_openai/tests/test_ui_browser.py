@@ -84,6 +84,10 @@ def model_name(service: RunningService) -> str:
 def open_page(browser: Any, service: RunningService, viewport: dict[str, int]) -> Any:
     """A fresh page at ``/`` with the API key entered in the form it shows."""
     page = browser.new_page(viewport=viewport)
+    page.errors = errors = []  # uncaught exceptions and policy violations: there must be none
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text)
+            if "Content Security Policy" in msg.text else None)
     page.goto(service.url + "/")
     page.wait_for_selector("#key-panel:not([hidden])", timeout=10_000)  # the 401 asked for it
     page.fill("#key-input", KEY)
@@ -133,6 +137,7 @@ def test_chat_streams_an_answer(browser: Any, service: RunningService, shots: Pa
     page.screenshot(path=str(shots / "ui-chat.png"))
     page.set_viewport_size(PHONE)
     page.screenshot(path=str(shots / "ui-chat-phone.png"))
+    assert page.errors == []
     page.close()
 
 
@@ -161,6 +166,7 @@ def test_stop_returns_the_pages(browser: Any, service: RunningService) -> None:
     assert after["minisgl_kv_pages_free"] == total and after["minisgl_requests_running"] == 0
     assert after['minisgl_requests_finished_total{reason="abort"}'] \
         == before['minisgl_requests_finished_total{reason="abort"}'] + 1
+    assert page.errors == []
     page.close()
 
 
@@ -213,4 +219,5 @@ def test_dashboard_shows_the_load(browser: Any, service: RunningService, shots: 
         stop.set()
         for t in loaders:
             t.join(60)
+    assert page.errors == []
     page.close()
