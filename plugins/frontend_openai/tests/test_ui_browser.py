@@ -141,6 +141,29 @@ def test_chat_streams_an_answer(browser: Any, service: RunningService, shots: Pa
     page.close()
 
 
+def test_bad_input_shows_the_error(browser: Any, service: RunningService) -> None:
+    page = open_page(browser, service, DESKTOP)
+    before = service.metrics()
+    send(page, "hello", max_tokens=100_000)  # past the context: the server's 400
+    page.wait_for_function(f"() => {LAST}?.dataset.state === 'error'", timeout=WAIT_MS)
+    assert "max_tokens (100000) must be less than the model's context length" \
+        in page.inner_text(".msg.assistant .content")
+    page.fill("#extra", "{not json")  # refused in the page: nothing is sent
+    page.fill("#prompt", "hello again")
+    page.press("#prompt", "Enter")
+    page.wait_for_function("() => document.querySelectorAll('.msg.assistant').length === 2 "
+                           f"&& {LAST}.dataset.state === 'error'", timeout=10_000)
+    assert page.evaluate(f"() => {LAST}.textContent").startswith("Extra fields is not valid JSON")
+    after = service.metrics()
+    assert after["minisgl_requests_running"] == 0 and after["minisgl_requests_waiting"] == 0
+    assert after["minisgl_kv_pages_free"] == after["minisgl_kv_pages_total"]
+    assert after["minisgl_frontend_requests_inflight"] == 0
+    # refused before reaching the engine: nothing was generated for either
+    assert after["minisgl_generation_tokens_total"] == before["minisgl_generation_tokens_total"]
+    assert page.is_visible("#send") and page.errors == []
+    page.close()
+
+
 def test_stop_returns_the_pages(browser: Any, service: RunningService) -> None:
     page = open_page(browser, service, DESKTOP)
     before = service.metrics()
