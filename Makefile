@@ -28,6 +28,7 @@ serve: setup
 test: setup
 	$(BIN)/ruff check .
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/minisgl plugins --check
+	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium here: the web page tests are skipped (apt-get install chromium)"
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup

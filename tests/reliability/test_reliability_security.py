@@ -17,6 +17,7 @@ from minisgl_core.config import LaunchConfig
 ROOT = Path(__file__).resolve().parents[2]
 V1_ROUTES = [("GET", "/v1/models"), ("GET", "/v1/models/tiny-llama"),
              ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+             ("GET", "/v1/engine/stats"), ("GET", "/v1/engine/info"),
              ("GET", "/v1/no-such-route"), ("DELETE", "/v1/models")]
 # calls that turn received bytes into objects or code; none may appear in shipped code
 UNSAFE = re.compile(r"\bpickle\.loads?\(|\bcPickle\b|\bdill\b|\bcloudpickle\b|\bmarshal\.loads?\("

@@ -36,6 +36,7 @@ from minisgl_frontend_openai.sse import (
     frame,
     race_disconnect,
 )
+from minisgl_frontend_openai.ui import UI_PATHS
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
 
     if api_key:
         open_paths = ["/health"] if metrics_require_key else ["/health", "/metrics"]
+        open_paths += UI_PATHS  # the page itself; it sends the key with every API call
         app.add_middleware(ApiKeyMiddleware, api_key=api_key, open_paths=open_paths)
     # added last = outermost: oversized bodies are refused before anything else reads them
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=max_body_bytes)

@@ -17,6 +17,7 @@ import uvicorn
 
 from minisgl_core.client import EngineClient
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
+from minisgl_frontend_openai.ui import add_ui
 
 OPTIONS: dict[str, Any] = {
     "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
@@ -53,6 +54,7 @@ class OpenAIFrontend:
                              max_body_bytes=int(self.options["max_body_bytes"]),
                              model_aliases=self.options["model_aliases"],
                              metrics_require_key=bool(self.options["metrics_require_key"]))
+        add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
         self._server: _Server | None = None
         self._stop_requested = False
