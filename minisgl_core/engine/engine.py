@@ -29,7 +29,7 @@ from minisgl_core.engine.request import (
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
-from minisgl_core.engine.weights import Checkpoint, resolve_model
+from minisgl_core.engine.weights import Checkpoint, model_name_of, resolve_model
 from minisgl_core.messages import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Engine:
         self.config = config
         path = resolve_model(config.model)
         self.model_path = path
-        self.model_name = path.name
+        self.model_name = model_name_of(path)
         self.model_config = cfg = ModelConfig.from_dir(path)
         self.device = torch.device(config.device)
         self.dtype: torch.dtype = getattr(torch, config.dtype)

@@ -92,3 +92,16 @@ def test_models_plugin_registers_every_builtin_architecture() -> None:
         assert get_model_class(name).__name__ == name
     with pytest.raises(ValueError, match="unsupported model architecture 'Gpt2'.*Llama"):
         get_model_class("Gpt2")
+
+
+def test_the_default_model_is_served_without_its_quantization_suffix(tmp_path: Path) -> None:
+    from minisgl_core.engine.weights import DEFAULT_NAME, MARKER, model_name_of
+
+    converted = tmp_path / f"{DEFAULT_NAME}.Q4_1"
+    converted.mkdir()
+    assert model_name_of(converted) == f"{DEFAULT_NAME}.Q4_1"  # not converted by minisgl
+    (converted / MARKER).write_text("{}")
+    assert model_name_of(converted) == DEFAULT_NAME
+    other = tmp_path / "my-model"
+    other.mkdir()
+    assert model_name_of(other) == "my-model"

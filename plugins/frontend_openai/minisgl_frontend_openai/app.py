@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,6 +36,7 @@ from minisgl_frontend_openai.sse import (
     frame,
     race_disconnect,
 )
+from minisgl_frontend_openai.tokenize_routes import LazyTokenizer, add_tokenize_routes
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,13 @@ CLIENT_CLOSED_REQUEST = 499  # never seen by anyone: the client is gone (nginx's
 def build_app(client: EngineClient, *, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_aliases: Iterable[str] = (),
               metrics_require_key: bool = False,
-              metrics: FrontendMetrics | None = None) -> FastAPI:
-    """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics."""
+              metrics: FrontendMetrics | None = None, served_model_names: Sequence[str] = (),
+              tokenizer: Callable[[], Any] | None = None) -> FastAPI:
+    """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics.
+
+    ``served_model_names`` (``--served-model-name``) replace the engine's model name: the first
+    is reported, each is accepted. ``tokenizer`` loads a TokenizerRole for /tokenize.
+    """
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics = metrics or FrontendMetrics()
     app.state.live = live = set[Generation]()  # generations not yet closed (empty when idle)
@@ -54,13 +61,15 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     started = int(time.time())
 
     def served_names() -> list[str]:
-        return list(dict.fromkeys((client.model_name, *aliases)))
+        primary = tuple(served_model_names) or (client.model_name,)
+        return list(dict.fromkeys((*primary, *aliases)))
 
     def check_model(name: str | None) -> str:
-        if name is not None and name not in served_names():
+        names = served_names()
+        if name is not None and name not in names:
             raise APIError(404, f"The model '{name[:100]}' does not exist",
                            param="model", code="model_not_found")
-        return client.model_name
+        return names[0]
 
     def model_card(name: str) -> dict[str, object]:
         return {"id": name, "object": "model", "created": started, "owned_by": "minisgl",
@@ -128,6 +137,10 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     async def get_model(model: str) -> Response:
         check_model(model)
         return JSONResponse(model_card(model))
+
+    if tokenizer is not None:
+        add_tokenize_routes(app, LazyTokenizer(tokenizer), owner=client.frontend_id,
+                            check_model=check_model, max_context=lambda: client.max_context)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

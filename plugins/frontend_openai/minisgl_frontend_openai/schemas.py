@@ -217,17 +217,22 @@ class ChatCompletionRequest(_GenerationRequest):
 
     def chat_messages(self) -> tuple[ChatMessage, ...]:
         """The conversation as minisgl ChatMessages (content parts joined by newlines)."""
-        if not self.messages:
-            raise bad_request("'messages' must not be empty", param="messages")
-        out = []
-        for i, msg in enumerate(self.messages):
-            role = _CHAT_ROLES.get(msg.role)
-            if role is None:
-                raise bad_request(f"messages[{i}].role '{msg.role[:40]}' is not supported "
-                                  f"(use system, developer, user or assistant)",
-                                  param=f"messages.{i}.role")
-            out.append(ChatMessage(role=role, content=_content_text(msg.content, i)))
-        return tuple(out)
+        return chat_messages(self.messages)
+
+
+def chat_messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
+    """A request's ``messages`` as minisgl ChatMessages (content parts joined by newlines)."""
+    if not messages:
+        raise bad_request("'messages' must not be empty", param="messages")
+    out = []
+    for i, msg in enumerate(messages):
+        role = _CHAT_ROLES.get(msg.role)
+        if role is None:
+            raise bad_request(f"messages[{i}].role '{msg.role[:40]}' is not supported "
+                              f"(use system, developer, user or assistant)",
+                              param=f"messages.{i}.role")
+        out.append(ChatMessage(role=role, content=_content_text(msg.content, i)))
+    return tuple(out)
 
 
 def _content_text(content: str | list[ContentPart] | None, i: int) -> str:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import math
 import socket
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import uvicorn
@@ -28,6 +28,18 @@ OPTIONS: dict[str, Any] = {
     "log_level": "warning",
     "http": "auto",  # uvicorn's HTTP implementation: auto, h11, httptools
 }
+
+
+def _tokenizer_loader(model: str | None, client: EngineClient) -> Callable[[], Any]:
+    """Load the served model's TokenizerRole (for /tokenize); called once, on first use."""
+
+    def load() -> Any:
+        from minisgl_core.engine.weights import resolve_model
+        from minisgl_core.text.tokenize import TokenizerRole
+
+        return TokenizerRole(resolve_model(model), max(client.max_context, 2))
+
+    return load
 
 
 class _Server(uvicorn.Server):
@@ -52,7 +64,9 @@ class OpenAIFrontend:
         self.app = build_app(client, api_key=self.api_key,
                              max_body_bytes=int(self.options["max_body_bytes"]),
                              model_aliases=self.options["model_aliases"],
-                             metrics_require_key=bool(self.options["metrics_require_key"]))
+                             metrics_require_key=bool(self.options["metrics_require_key"]),
+                             served_model_names=tuple(getattr(config, "served_model_name", ())),
+                             tokenizer=_tokenizer_loader(getattr(config, "model", None), client))
         self._socket: socket.socket | None = None
         self._server: _Server | None = None
         self._stop_requested = False
