@@ -20,6 +20,21 @@ _NAN_SAFE_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "freque
                     "repetition_penalty")
 
 
+StructuredKind = Literal["json", "json_schema", "regex", "choice", "grammar"]
+
+
+class StructuredOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A grammar the output must follow (structured outputs, forced tool calls).
+
+    ``spec`` by ``kind``: ``json_schema`` the schema as JSON text; ``json`` unused (any JSON
+    object); ``regex`` a regular expression; ``choice`` a JSON list of the allowed strings;
+    ``grammar`` an EBNF grammar (xgrammar's dialect, rule ``root``).
+    """
+
+    kind: StructuredKind
+    spec: str = ""
+
+
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How to sample one request's tokens and when to stop.
 
@@ -45,6 +60,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     min_tokens: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None  # None: none; k: each token's logprob and the top k at its step
+    structured: StructuredOutput | None = None  # constrain the output to this grammar
 
     def __post_init__(self) -> None:
         problem = self.problem()

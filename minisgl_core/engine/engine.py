@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
+from concurrent.futures import wait as wait_futures
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ import torch
 
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
+from minisgl_core.engine.grammar import GrammarCache, GrammarError, GrammarState
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.models import get_model_class
 from minisgl_core.engine.request import (
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from minisgl_core.engine.parallel import TensorParallel
 
 log = logging.getLogger(__name__)
+
+GRAMMAR_WAIT_S = 0.005  # an idle step waits this long for a compiling grammar instead of spinning
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,10 @@ class Engine:
         self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
                                    config.max_prefill_tokens, config.cache)
         self.requests: dict[str, Request] = {}
+        # constrained requests wait here, outside the scheduler, until their grammar compiled
+        self.parked: dict[str, Request] = {}
+        self.grammars = (GrammarCache(self.tokenizer, self.vocab_size, self.eos_token_ids)
+                         if self.tokenizer is not None else None)
         self._generated_tokens = 0
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
@@ -176,20 +184,65 @@ class Engine:
             # a stop string of c characters spans at most 4c one-byte tokens, plus one partial
             req.stop_window = 4 * max(len(s) for s in sampling.stop) + 2
         self.sampler.prepare(req)
+        if sampling.structured is not None:
+            self._constrain(req)
+            if req.grammar is None:
+                self.parked[request_id] = req
+                self.requests[request_id] = req
+                return
         self.requests[request_id] = req
         self.scheduler.add(req)
+
+    def _constrain(self, req: Request) -> None:
+        """Start (or find) the request's grammar; attach it when it is ready already."""
+        spec = req.sampling.structured
+        assert spec is not None
+        if self.grammars is None:
+            raise RequestRejected("invalid_grammar", "structured outputs need the tokenizer")
+        req.grammar_future = self.grammars.submit(spec)
+        if req.grammar_future.done():
+            self._attach(req)
+
+    def _attach(self, req: Request) -> None:
+        """Give a request the matcher of its compiled grammar; RequestRejected if it failed."""
+        try:
+            req.grammar = GrammarState(req.grammar_future.result())
+        except GrammarError as exc:
+            raise RequestRejected("invalid_grammar", str(exc)) from None
+        finally:
+            req.grammar_future = None
+
+    def _unpark(self) -> list[StepOutput]:
+        """Queue the parked requests whose grammar is ready; refuse those whose grammar failed."""
+        refused = []
+        for rid, req in list(self.parked.items()):
+            if not req.grammar_future.done():
+                continue
+            del self.parked[rid]
+            try:
+                self._attach(req)
+            except RequestRejected as exc:
+                self.requests.pop(rid, None)
+                req.state = State.FINISHED
+                refused.append(StepOutput(rid, (), "error", len(req.prompt_ids), 0, error=exc))
+                continue
+            self.scheduler.add(req)
+        return refused
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its pages; False if unknown or already done."""
         req = self.requests.pop(request_id, None)
         if req is None:
             return False
+        if self.parked.pop(request_id, None) is not None:
+            req.state = State.FINISHED  # it never reached the scheduler
+            return True
         self.scheduler.remove(req)
         return True
 
     def has_work(self) -> bool:
         """True while any request is waiting or running."""
-        return bool(self.scheduler.waiting or self.scheduler.running)
+        return bool(self.scheduler.waiting or self.scheduler.running or self.parked)
 
     def run_until_idle(self) -> Iterator[StepOutput]:
         """Step until no request is left, yielding every StepOutput as it comes."""
@@ -209,9 +262,13 @@ class Engine:
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         """Run one batch (decode every running request, prefill within the budget)."""
+        refused = self._unpark() if self.parked else []
         batch = self.scheduler.schedule()
         if batch is None:
-            return []
+            if self.parked and not refused:  # only compiling grammars: wait, do not spin
+                wait_futures([r.grammar_future for r in self.parked.values()],
+                             timeout=GRAMMAR_WAIT_S, return_when="FIRST_COMPLETED")
+            return refused
         ids: list[int] = [r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
                           for r in batch.decode]
         rows: list[int] = list(range(len(batch.decode)))
@@ -235,7 +292,7 @@ class Engine:
         for r, n in batch.prefill:
             r.num_cached += n
         if not to_sample:
-            return []
+            return refused
         index = torch.tensor(rows, device=self.device)
         logits = self.model.logits(hidden.index_select(0, index))  # [N, V]
         asked = [i for i, r in enumerate(to_sample) if r.sampling.logprobs is not None]
@@ -248,8 +305,8 @@ class Engine:
             found = token_logprobs(dist, [tokens[i] for i in asked], tops)
             for i, logprob in zip(asked, found, strict=True):
                 logprobs[i] = logprob
-        return [self._append(r, tok, lp)
-                for r, tok, lp in zip(to_sample, tokens, logprobs, strict=True)]
+        return refused + [self._append(r, tok, lp)
+                          for r, tok, lp in zip(to_sample, tokens, logprobs, strict=True)]
 
     @torch.inference_mode()
     def follow(self) -> None:
@@ -263,6 +320,8 @@ class Engine:
 
     def close(self) -> None:
         """Rank 0: stop the followers; every rank leaves the process group (no-op without tp)."""
+        if self.grammars is not None:
+            self.grammars.close()
         if self.tp is None:
             return
         if self.tp.leader:
@@ -274,6 +333,8 @@ class Engine:
         req.output_ids.append(token)
         self._generated_tokens += 1
         self.sampler.observe(req, token)
+        if req.grammar is not None and not req.grammar.accept(token):
+            log.warning("request %s: its grammar refused token %d", req.request_id, token)
         reason = self._finish_reason(req, token)
         if reason is not None:
             req.finish_reason = reason
@@ -285,6 +346,8 @@ class Engine:
 
     def _finish_reason(self, req: Request, token: int) -> StopReason | None:
         s = req.sampling
+        if req.grammar is not None and req.grammar.finished:
+            return "stop"  # the grammar accepted EOS: the output is complete
         if (not s.ignore_eos and token in self.eos_token_ids) or token in s.stop_token_ids:
             return "stop"
         if req.stop_window:
@@ -307,5 +370,5 @@ class Engine:
                                  "leaked")
         if cache and (cache.num_evictable != cached or len(cache.pages()) != cached):
             raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
-        if any(r.state is not State.FINISHED for r in self.requests.values()):
+        if self.parked or any(r.state is not State.FINISHED for r in self.requests.values()):
             raise AssertionError("requests left in the engine")

@@ -36,6 +36,7 @@ from minisgl_frontend_openai.sse import (
     frame,
     race_disconnect,
 )
+from minisgl_frontend_openai.structured import with_structured
 from minisgl_frontend_openai.tokenize_routes import LazyTokenizer, add_tokenize_routes
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     async def chat_completions(request: Request) -> Response:
         req = parse(ChatCompletionRequest, await request.body())
         model = check_model(req.model)
-        sampling = req.sampling(client.max_context)
+        sampling = await with_structured(req.model_extra, req.sampling(client.max_context))
         messages = req.chat_messages()
         rid = uuid.uuid4().hex
         now = time.time()
@@ -165,7 +166,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     async def completions(request: Request) -> Response:
         req = parse(CompletionRequest, await request.body())
         model = check_model(req.model)
-        sampling = req.sampling(client.max_context)
+        sampling = await with_structured(req.model_extra, req.sampling(client.max_context))
         prompts = req.prompts()
         n = req.choices_per_prompt
         rid = uuid.uuid4().hex

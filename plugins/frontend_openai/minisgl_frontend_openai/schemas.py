@@ -47,15 +47,13 @@ def _empty(v: Any) -> bool:
 # name -> "this value is neutral"; any other value is a 400 rather than a silent no-op
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "prompt_logprobs": _none,
-    "response_format": lambda v: v is None or v == {"type": "text"},
     "tools": _empty, "tool_choice": lambda v: v is None or v == "none", "functions": _empty,
     "function_call": lambda v: v is None or v == "none", "echo": _off, "suffix": _empty,
     "prediction": _none, "audio": _none,
     "modalities": lambda v: v is None or v == ["text"], "reasoning_effort": _none,
     "web_search_options": _none, "use_beam_search": _off, "include_stop_str_in_output": _off,
     "length_penalty": lambda v: v is None or v == 1, "logits_processors": _empty,
-    "guided_json": _none, "guided_regex": _none, "guided_choice": _none, "guided_grammar": _none,
-    "structured_outputs": _none, "regex": _none, "ebnf": _none, "json_schema": _none,
+    "regex": _none, "ebnf": _none, "json_schema": _none,
     "add_generation_prompt": lambda v: v is None or v is True, "continue_final_message": _off,
     "chat_template": _none, "chat_template_kwargs": _empty,
 }

@@ -56,7 +56,24 @@ BAD_CHAT = [
     ({"logit_bias": {"-5": 1}}, "logit_bias"), ({"logit_bias": {"5": 101}}, "logit_bias"),
     ({"logit_bias": {str(i): 1 for i in range(1025)}}, "logit_bias"),
     ({"logit_bias": {"5": "up"}}, "logit_bias.5"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"response_format": "json"}, "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}},
+     "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": "{"}}},
+     "response_format.json_schema.schema"),
+    ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs"),
+    ({"structured_outputs": {}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": "(("}}, "structured_outputs"),
+    ({"structured_outputs": {"choice": []}}, "structured_outputs.choice"),
+    ({"structured_outputs": {"grammar": "root ::= nothing"}}, "structured_outputs"),
+    ({"structured_outputs": {"json": {"$ref": "#/nowhere"}}}, "structured_outputs"),
+    ({"guided_regex": "[a-"}, "guided_regex"),
+    ({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}},
+     "structured_outputs"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, "stream_options"),
@@ -118,8 +135,9 @@ def test_openai_client_sees_bad_request(server: Any) -> None:
     client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="scripted-model", messages=chat("x"),
-                                       response_format={"type": "json_object"})
-    assert "not supported" in err.value.message
+                                       response_format={"type": "json_schema", "json_schema": {
+                                           "name": "x", "schema": {"type": "foo"}}})
+    assert 'invalid JSON schema: Unsupported type "foo"' in err.value.message
 
 
 def test_unknown_model_route_and_method(server: Any, http: httpx.Client) -> None:
