@@ -110,11 +110,21 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return self.temperature == 0 or self.top_k == 1
 
 
+class ToolCall(msgspec.Struct, frozen=True):
+    """A function call an assistant turn made; ``arguments`` is JSON text, as OpenAI sends it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
 class ChatMessage(msgspec.Struct, frozen=True):
-    """One turn of a chat conversation."""
+    """One turn of a chat conversation (a ``tool`` turn answers the call ``tool_call_id``)."""
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 class ErrorInfo(msgspec.Struct, frozen=True):
@@ -139,6 +149,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, tag="generate"):
     messages: tuple[ChatMessage, ...] | None = None
     token_ids: tuple[int, ...] | None = None
     arrival_time: float = 0.0
+    tools: str | None = None  # the OpenAI ``tools`` list as JSON text, for the chat template
 
 
 class Abort(msgspec.Struct, frozen=True, tag="abort"):

@@ -12,6 +12,7 @@ from minisgl_core.messages import (
     SamplingParams,
     TokenizedRequest,
 )
+from minisgl_core.text.chat_tools import conversation
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 # Prompt ids handed to the detokenizer as context for the first output token (its leading space).
@@ -117,10 +118,11 @@ class TokenizerRole:
         if not self.has_chat_template:
             raise RequestError("this model has no chat template; send a prompt instead",
                                param="messages")
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
         try:
+            turns, tools = conversation(messages, req.tools, self.tokenizer.chat_template)
+            extra = {} if tools is None else {"tools": tools}
             text = self.tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=add_generation_prompt)
+                turns, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
         except Exception as exc:  # jinja errors, raise_exception() in the template
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RequestError(f"the chat template rejected the messages: {reason[:200]}",

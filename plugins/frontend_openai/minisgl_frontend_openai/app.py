@@ -22,7 +22,7 @@ from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.metrics import CONTENT_TYPE, FrontendMetrics
 from minisgl_frontend_openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
 from minisgl_frontend_openai.openapi import openapi_document
-from minisgl_frontend_openai.responses import ChatFormat, CompletionFormat
+from minisgl_frontend_openai.responses import CompletionFormat
 from minisgl_frontend_openai.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -38,6 +38,8 @@ from minisgl_frontend_openai.sse import (
 )
 from minisgl_frontend_openai.structured import with_structured
 from minisgl_frontend_openai.tokenize_routes import LazyTokenizer, add_tokenize_routes
+from minisgl_frontend_openai.tool_format import chat_format
+from minisgl_frontend_openai.tools import prepare_tools
 
 log = logging.getLogger(__name__)
 
@@ -148,17 +150,19 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
         req = parse(ChatCompletionRequest, await request.body())
         model = check_model(req.model)
         sampling = await with_structured(req.model_extra, req.sampling(client.max_context))
+        tools, sampling = await prepare_tools(req.model_extra, sampling)
         messages = req.chat_messages()
         rid = uuid.uuid4().hex
         now = time.time()
         engine_requests = [
             GenerateRequest(request_id=f"chatcmpl-{rid}-{j}", owner=client.frontend_id,
-                            sampling=for_choice(sampling, j), messages=messages, arrival_time=now)
+                            sampling=for_choice(sampling, j), messages=messages, arrival_time=now,
+                            tools=tools.template_json if tools else None)
             for j in range(req.choices_per_prompt)]
-        fmt = ChatFormat(response_id=f"chatcmpl-{rid}", model=model, created=int(now),
-                         include_usage=req.include_usage,
-                         return_token_ids=bool(req.return_token_ids),
-                         logprobs=sampling.logprobs is not None)
+        fmt = chat_format(tools, response_id=f"chatcmpl-{rid}", model=model, created=int(now),
+                          include_usage=req.include_usage,
+                          return_token_ids=bool(req.return_token_ids),
+                          logprobs=sampling.logprobs is not None)
         return await _answer(request, engine_requests, fmt, req.choices_per_prompt,
                              bool(req.stream))
 
@@ -236,12 +240,8 @@ async def _stream_body(gen: Generation, fmt: CompletionFormat, n: int) -> AsyncI
         for chunk in fmt.first_chunks(n):
             yield frame(chunk)
         async for index, delta in gen.events():
-            ids, logprobs = delta.token_ids, delta.logprobs
-            if delta.text:
-                yield frame(fmt.text_chunk(index, delta.text, ids, logprobs))
-                ids, logprobs = (), ()
-            if delta.finish_reason is not None:
-                yield frame(fmt.final_chunk(index, delta.finish_reason, ids, logprobs))
+            for chunk in fmt.delta_chunks(index, delta):
+                yield frame(chunk)
         if fmt.include_usage:
             yield frame(fmt.usage_chunk(gen.usage()))
     except APIError as err:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from minisgl_core.messages import TextLogprob
+from minisgl_core.messages import TextDelta, TextLogprob
 from minisgl_frontend_openai.generation import ChoiceState, Usage
 
 
@@ -63,6 +63,17 @@ class CompletionFormat:
     def first_chunks(self, n: int) -> list[dict[str, Any]]:
         """Chunks sent before any text (none for text completions)."""
         return []
+
+    def delta_chunks(self, index: int, delta: TextDelta) -> list[dict[str, Any]]:
+        """The stream chunks one TextDelta of choice ``index`` becomes (in order)."""
+        out = []
+        ids, logprobs = delta.token_ids, delta.logprobs
+        if delta.text:
+            out.append(self.text_chunk(index, delta.text, ids, logprobs))
+            ids, logprobs = (), ()
+        if delta.finish_reason is not None:
+            out.append(self.final_chunk(index, delta.finish_reason, ids, logprobs))
+        return out
 
     def text_chunk(self, index: int, text: str, token_ids: Sequence[int] = (),
                    logprobs: Sequence[TextLogprob] = ()) -> dict[str, Any]:

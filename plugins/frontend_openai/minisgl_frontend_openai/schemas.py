@@ -7,13 +7,14 @@ implement, which are rejected unless they carry their neutral value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minisgl_core.messages import MAX_LOGPROBS, ChatMessage, SamplingParams
+from minisgl_core.messages import MAX_LOGPROBS, ChatMessage, SamplingParams, ToolCall
 from minisgl_frontend_openai.errors import APIError, bad_request
 
 MAX_N = 16  # choices per prompt
@@ -29,7 +30,7 @@ TopCount = Annotated[int, Field(ge=0, le=MAX_LOGPROBS)]
 Count = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 
 _CHAT_ROLES = {"system": "system", "developer": "system", "user": "user",
-               "assistant": "assistant"}
+               "assistant": "assistant", "tool": "tool"}
 
 
 def _none(v: Any) -> bool:
@@ -47,7 +48,7 @@ def _empty(v: Any) -> bool:
 # name -> "this value is neutral"; any other value is a 400 rather than a silent no-op
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "prompt_logprobs": _none,
-    "tools": _empty, "tool_choice": lambda v: v is None or v == "none", "functions": _empty,
+    "functions": _empty,
     "function_call": lambda v: v is None or v == "none", "echo": _off, "suffix": _empty,
     "prediction": _none, "audio": _none,
     "modalities": lambda v: v is None or v == ["text"], "reasoning_effort": _none,
@@ -192,11 +193,28 @@ class ContentPart(_Strict):
     text: str | None = None
 
 
+class CalledFunction(_Strict):
+    """``function`` of a tool call in the history."""
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class HistoryToolCall(_Strict):
+    """A tool call an earlier assistant turn made."""
+
+    id: str = ""
+    type: str = "function"
+    function: CalledFunction
+
+
 class Message(_Strict):
     """One chat message (extra fields such as ``name`` are accepted and ignored)."""
 
     role: str
     content: str | list[ContentPart] | None = None
+    tool_calls: list[HistoryToolCall] | None = None  # assistant turns
+    tool_call_id: str | None = None  # tool turns: the call they answer
 
 
 class ChatCompletionRequest(_GenerationRequest):
@@ -227,9 +245,17 @@ def chat_messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
         role = _CHAT_ROLES.get(msg.role)
         if role is None:
             raise bad_request(f"messages[{i}].role '{msg.role[:40]}' is not supported "
-                              f"(use system, developer, user or assistant)",
+                              f"(use system, developer, user, assistant or tool)",
                               param=f"messages.{i}.role")
-        out.append(ChatMessage(role=role, content=_content_text(msg.content, i)))
+        calls = tuple(ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments
+                               if isinstance(c.function.arguments, str)
+                               else json.dumps(c.function.arguments, ensure_ascii=False))
+                      for c in msg.tool_calls or ())
+        if calls and role != "assistant":
+            raise bad_request(f"messages[{i}]: only assistant messages carry tool_calls",
+                              param=f"messages.{i}.tool_calls")
+        out.append(ChatMessage(role=role, content=_content_text(msg.content, i),
+                               tool_calls=calls, tool_call_id=msg.tool_call_id))
     return tuple(out)
 
 

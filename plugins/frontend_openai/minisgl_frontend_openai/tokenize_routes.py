@@ -18,6 +18,7 @@ from pydantic import Field
 from minisgl_core.messages import GenerateRequest
 from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.schemas import MAX_TOKEN_ID, Message, _Strict, chat_messages, parse
+from minisgl_frontend_openai.tools import tool_request
 
 MAX_DETOKENIZE = 1 << 20  # ids in one /detokenize call (the body limit caps it sooner)
 
@@ -31,6 +32,7 @@ class TokenizeRequest(_Strict):
     add_special_tokens: bool | None = None  # default: True for a prompt, False for messages
     add_generation_prompt: bool = True
     return_token_strs: bool = False
+    tools: list[Any] | None = None  # rendered as a chat completion with these tools would be
 
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -108,8 +110,10 @@ def _encode(role: Any, req: TokenizeRequest, owner: str) -> tuple[int, ...]:
                 raise bad_request("the prompt is empty", param="prompt")
             add = True if req.add_special_tokens is None else req.add_special_tokens
             return tuple(role.tokenizer.encode(req.prompt, add_special_tokens=add))
+        tools = tool_request({"tools": req.tools})
         gen = GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
-                              messages=chat_messages(req.messages or []))
+                              messages=chat_messages(req.messages or []),
+                              tools=tools.template_json if tools else None)
         ids = role.encode(gen, add_generation_prompt=req.add_generation_prompt)
         if req.add_special_tokens and role.tokenizer.bos_token_id is not None:
             ids = (role.tokenizer.bos_token_id, *ids)
