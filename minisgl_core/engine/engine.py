@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from concurrent.futures import wait as wait_futures
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,7 @@ import torch
 
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
-from minisgl_core.engine.grammar import GrammarCache, GrammarError, GrammarState
+from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.models import get_model_class
 from minisgl_core.engine.request import (
@@ -132,10 +131,8 @@ class Engine:
         self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
                                    config.max_prefill_tokens, config.cache)
         self.requests: dict[str, Request] = {}
-        # constrained requests wait here, outside the scheduler, until their grammar compiled
-        self.parked: dict[str, Request] = {}
-        self.grammars = (GrammarCache(self.tokenizer, self.vocab_size, self.eos_token_ids)
-                         if self.tokenizer is not None else None)
+        self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
+            self.tokenizer, self.vocab_size, self.eos_token_ids))
         self._generated_tokens = 0
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
@@ -184,65 +181,35 @@ class Engine:
             # a stop string of c characters spans at most 4c one-byte tokens, plus one partial
             req.stop_window = 4 * max(len(s) for s in sampling.stop) + 2
         self.sampler.prepare(req)
-        if sampling.structured is not None:
-            self._constrain(req)
-            if req.grammar is None:
-                self.parked[request_id] = req
-                self.requests[request_id] = req
-                return
+        # a constrained request waits outside the scheduler until its grammar compiled (admit
+        # raises RequestRejected for a grammar known to fail: nothing is kept then)
+        parked = sampling.structured is not None and not self.grammar.admit(req)
         self.requests[request_id] = req
-        self.scheduler.add(req)
-
-    def _constrain(self, req: Request) -> None:
-        """Start (or find) the request's grammar; attach it when it is ready already."""
-        spec = req.sampling.structured
-        assert spec is not None
-        if self.grammars is None:
-            raise RequestRejected("invalid_grammar", "structured outputs need the tokenizer")
-        req.grammar_future = self.grammars.submit(spec)
-        if req.grammar_future.done():
-            self._attach(req)
-
-    def _attach(self, req: Request) -> None:
-        """Give a request the matcher of its compiled grammar; RequestRejected if it failed."""
-        try:
-            req.grammar = GrammarState(req.grammar_future.result())
-        except GrammarError as exc:
-            raise RequestRejected("invalid_grammar", str(exc)) from None
-        finally:
-            req.grammar_future = None
+        if not parked:
+            self.scheduler.add(req)
 
     def _unpark(self) -> list[StepOutput]:
-        """Queue the parked requests whose grammar is ready; refuse those whose grammar failed."""
-        refused = []
-        for rid, req in list(self.parked.items()):
-            if not req.grammar_future.done():
-                continue
-            del self.parked[rid]
-            try:
-                self._attach(req)
-            except RequestRejected as exc:
-                self.requests.pop(rid, None)
-                req.state = State.FINISHED
-                refused.append(StepOutput(rid, (), "error", len(req.prompt_ids), 0, error=exc))
-                continue
+        """Queue the requests whose grammar compiled; refuse those whose grammar failed."""
+        attached, failed = self.grammar.ready()
+        for req in attached:
             self.scheduler.add(req)
-        return refused
+        for req, _ in failed:
+            self.requests.pop(req.request_id, None)
+        return [StepOutput(r.request_id, (), "error", len(r.prompt_ids), 0, error=exc)
+                for r, exc in failed]
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its pages; False if unknown or already done."""
         req = self.requests.pop(request_id, None)
         if req is None:
             return False
-        if self.parked.pop(request_id, None) is not None:
-            req.state = State.FINISHED  # it never reached the scheduler
-            return True
-        self.scheduler.remove(req)
+        if not self.grammar.drop(request_id):
+            self.scheduler.remove(req)
         return True
 
     def has_work(self) -> bool:
         """True while any request is waiting or running."""
-        return bool(self.scheduler.waiting or self.scheduler.running or self.parked)
+        return bool(self.scheduler.waiting or self.scheduler.running or self.grammar.parked)
 
     def run_until_idle(self) -> Iterator[StepOutput]:
         """Step until no request is left, yielding every StepOutput as it comes."""
@@ -252,7 +219,8 @@ class Engine:
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""
         s, c = self.scheduler, self.scheduler.cache
-        return EngineStats(len(s.running), len(s.waiting), self.num_pages, s.num_available,
+        waiting = len(s.waiting) + len(self.grammar.parked)  # compiling grammars wait too
+        return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
                            self._generated_tokens, c.num_pages if c else 0,
                            c.hit_tokens if c else 0)
@@ -262,12 +230,11 @@ class Engine:
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         """Run one batch (decode every running request, prefill within the budget)."""
-        refused = self._unpark() if self.parked else []
+        refused = self._unpark() if self.grammar.parked else []
         batch = self.scheduler.schedule()
         if batch is None:
-            if self.parked and not refused:  # only compiling grammars: wait, do not spin
-                wait_futures([r.grammar_future for r in self.parked.values()],
-                             timeout=GRAMMAR_WAIT_S, return_when="FIRST_COMPLETED")
+            if self.grammar.parked and not refused:  # only compiling grammars: do not spin
+                self.grammar.wait(GRAMMAR_WAIT_S)
             return refused
         ids: list[int] = [r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
                           for r in batch.decode]
@@ -320,8 +287,7 @@ class Engine:
 
     def close(self) -> None:
         """Rank 0: stop the followers; every rank leaves the process group (no-op without tp)."""
-        if self.grammars is not None:
-            self.grammars.close()
+        self.grammar.close()
         if self.tp is None:
             return
         if self.tp.leader:
@@ -370,5 +336,6 @@ class Engine:
                                  "leaked")
         if cache and (cache.num_evictable != cached or len(cache.pages()) != cached):
             raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
-        if self.parked or any(r.state is not State.FINISHED for r in self.requests.values()):
+        if self.grammar.parked or any(r.state is not State.FINISHED
+                                      for r in self.requests.values()):
             raise AssertionError("requests left in the engine")

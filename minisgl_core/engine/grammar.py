@@ -16,11 +16,13 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from typing import Any
 
 import torch
 
+from minisgl_core.engine.request import Request, RequestRejected, State
 from minisgl_core.messages import StructuredOutput
 
 MAX_CACHED = 256  # compiled grammars kept (LRU)
@@ -163,6 +165,68 @@ class GrammarState:
     def finished(self) -> bool:
         """True once the grammar accepted a stop token: the output is complete."""
         return bool(self.matcher.is_terminated())
+
+
+class GrammarGate:
+    """Holds constrained requests outside the scheduler until their grammar has compiled."""
+
+    def __init__(self, cache: GrammarCache | None) -> None:
+        self.cache = cache  # None: no tokenizer here (a tensor-parallel follower)
+        self.parked: dict[str, Request] = {}
+
+    def admit(self, req: Request) -> bool:
+        """Start (or find) ``req``'s grammar: True when it is attached already, False when the
+        request is parked until it compiles; RequestRejected when it is known to fail."""
+        spec = req.sampling.structured
+        assert spec is not None
+        if self.cache is None:
+            raise RequestRejected("invalid_grammar", "structured outputs need the tokenizer")
+        req.grammar_future = self.cache.submit(spec)
+        if req.grammar_future.done():
+            self._attach(req)
+            return True
+        self.parked[req.request_id] = req
+        return False
+
+    def ready(self) -> tuple[list[Request], list[tuple[Request, RequestRejected]]]:
+        """Take the parked requests whose grammar is done: (attached, refused with why)."""
+        attached, refused = [], []
+        for rid, req in list(self.parked.items()):
+            if req.grammar_future.done():
+                del self.parked[rid]
+                try:
+                    self._attach(req)
+                    attached.append(req)
+                except RequestRejected as exc:
+                    req.state = State.FINISHED
+                    refused.append((req, exc))
+        return attached, refused
+
+    def drop(self, request_id: str) -> bool:
+        """Forget a parked request (aborted); False if it is not parked."""
+        req = self.parked.pop(request_id, None)
+        if req is not None:
+            req.state = State.FINISHED  # it never reached the scheduler
+        return req is not None
+
+    def wait(self, timeout: float) -> None:
+        """Block until a parked grammar is done or ``timeout`` seconds passed."""
+        wait_futures([r.grammar_future for r in self.parked.values()], timeout=timeout,
+                     return_when=FIRST_COMPLETED)
+
+    def close(self) -> None:
+        """Stop the compile thread."""
+        if self.cache is not None:
+            self.cache.close()
+
+    @staticmethod
+    def _attach(req: Request) -> None:
+        try:
+            req.grammar = GrammarState(req.grammar_future.result())
+        except GrammarError as exc:
+            raise RequestRejected("invalid_grammar", str(exc)) from None
+        finally:
+            req.grammar_future = None
 
 
 def apply_masks(logits: torch.Tensor, rows: Sequence[int],
