@@ -131,3 +131,31 @@ def test_abort_while_the_grammar_compiles(engine: Engine) -> None:
     assert engine.abort("gone")
     assert not engine.has_work()
     engine.check_idle_invariant()
+
+
+def test_preempted_constrained_requests_stay_valid(make_engine: Callable[..., Engine]) -> None:
+    # 24 pages of 4 tokens cannot hold 8 requests of ~60 tokens: some are preempted and
+    # recomputed, and their grammar state must carry over
+    small = make_engine("llama", num_pages=24, page_size=4, max_running_requests=8,
+                        cache="naive")
+    params = [SamplingParams(max_tokens=90, temperature=1.0, seed=s, structured=JSON)
+              for s in range(8)]
+    outs = run(small, [prompt(small, "Hello there")] * 8, params)
+    assert small.stats().preemptions > 0
+    for text, reason, _ in outs.values():
+        assert reason == "stop", text
+        jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_tp2_constrained_equals_tp1(tiny_models: dict[str, Any]) -> None:
+    from minisgl_core import LLM
+
+    path, opts = str(tiny_models["llama"]), {"page_size": 4, "num_pages": 64, "num_threads": 1}
+    sp = SamplingParams(max_tokens=90, temperature=0, structured=JSON)
+    with LLM(path, **opts) as one:
+        want = [o.text for o in one.generate(["Hello world", "你好"], sp)]
+    with LLM(path, tp=2, **opts) as two:  # rank 0 holds the grammar; the follower just runs
+        got = [o.text for o in two.generate(["Hello world", "你好"], sp)]
+    assert got == want
+    for text in got:
+        jsonschema.validate(json.loads(text), SCHEMA)
