@@ -25,7 +25,7 @@ import torch
 from minisgl_core.engine.request import Request, RequestRejected, State
 from minisgl_core.messages import StructuredOutput
 
-MAX_CACHED = 256  # compiled grammars kept (LRU)
+MAX_CACHED = 64  # compiled grammars kept (LRU); one holds per-state token masks over the vocabulary
 _LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: (Check failed: \(.*?\) is false: )?")
 _BITS = torch.arange(32, dtype=torch.int32)  # bit i of each int32 word of a bitmask
 

@@ -159,3 +159,23 @@ def test_tp2_constrained_equals_tp1(tiny_models: dict[str, Any]) -> None:
     assert got == want
     for text in got:
         jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_compiled_grammars_are_cached_lru(engine: Engine) -> None:
+    from minisgl_core.engine.grammar import GrammarCache
+
+    cache = GrammarCache(engine.tokenizer, engine.vocab_size, engine.eos_token_ids, max_cached=2)
+    try:
+        a, b, c = (StructuredOutput("regex", r) for r in ("a+", "b+", "c+"))
+        first = cache.submit(a)
+        assert cache.submit(a) is first  # a hit: the same (shared) compile
+        old_b = cache.submit(b)
+        cache.submit(a)  # a is now the most recent, so b goes when c comes
+        cache.submit(c)
+        assert cache.submit(a) is first
+        new_b = cache.submit(b)
+        assert new_b is not old_b  # evicted, so compiled again
+        assert new_b.result(timeout=30) is not None
+        assert first.result(timeout=30) is not None
+    finally:
+        cache.close()
