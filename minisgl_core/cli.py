@@ -64,6 +64,8 @@ def launch(
         list[str] | None, typer.Option(help="Frontend(s) to serve: openai, grpc or both (a,b).")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    served_model_name: Annotated[str | None, typer.Option(
+        help="NAME[,ALIAS...]: the names clients use in `model` (the first is reported).")] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (OpenAI frontend).")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port.")] = None,
@@ -94,7 +96,8 @@ def launch(
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
     flags = {
         "transport": transport, "frontends": ",".join(frontend) if frontend else None,
-        "model": model, "host": host, "port": port, "grpc_port": grpc_port, "dtype": dtype,
+        "model": model, "served_model_name": served_model_name, "host": host, "port": port,
+        "grpc_port": grpc_port, "dtype": dtype,
         "num_pages": num_pages, "page_size": page_size,
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,

@@ -44,6 +44,7 @@ class LaunchConfig:
     transport: str = "zmq"
     frontends: tuple[str, ...] = ("openai",)
     model: str | None = None  # None = the default model
+    served_model_name: tuple[str, ...] = ()  # names clients may use (the first is reported)
     host: str = "127.0.0.1"
     port: int = 8000
     grpc_port: int = 50051

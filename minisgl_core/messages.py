@@ -20,6 +20,21 @@ _NAN_SAFE_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "freque
                     "repetition_penalty")
 
 
+StructuredKind = Literal["json", "json_schema", "regex", "choice", "grammar"]
+
+
+class StructuredOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A grammar the output must follow (structured outputs, forced tool calls).
+
+    ``spec`` by ``kind``: ``json_schema`` the schema as JSON text; ``json`` unused (any JSON
+    object); ``regex`` a regular expression; ``choice`` a JSON list of the allowed strings;
+    ``grammar`` an EBNF grammar (xgrammar's dialect, rule ``root``).
+    """
+
+    kind: StructuredKind
+    spec: str = ""
+
+
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How to sample one request's tokens and when to stop.
 
@@ -46,6 +61,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None  # None: none; k: each token's logprob and the top k at its step
     prompt_logprobs: int | None = None  # None: none; k: each prompt token's and the top k
+    structured: StructuredOutput | None = None  # constrain the output to this grammar
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -97,11 +113,21 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return self.temperature == 0 or self.top_k == 1
 
 
+class ToolCall(msgspec.Struct, frozen=True):
+    """A function call an assistant turn made; ``arguments`` is JSON text, as OpenAI sends it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
 class ChatMessage(msgspec.Struct, frozen=True):
-    """One turn of a chat conversation."""
+    """One turn of a chat conversation (a ``tool`` turn answers the call ``tool_call_id``)."""
 
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 class ErrorInfo(msgspec.Struct, frozen=True):
@@ -126,6 +152,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, tag="generate"):
     messages: tuple[ChatMessage, ...] | None = None
     token_ids: tuple[int, ...] | None = None
     arrival_time: float = 0.0
+    tools: str | None = None  # the OpenAI ``tools`` list as JSON text, for the chat template
 
 
 class Abort(msgspec.Struct, frozen=True, tag="abort"):

@@ -92,6 +92,22 @@ def test_serve_command_table_and_json(service: RunningService) -> None:
     assert row.split("|")[1].strip() == "2"
 
 
+def test_serve_extra_body_constrains_every_request(service: RunningService) -> None:
+    extra = {"structured_outputs": {"choice": ["yes", "no"]}}
+    runner = CliRunner()
+    args = ["--url", service.url, "--concurrency", "2", "--requests", "4", "--max-tokens", "8",
+            "--json", "--extra-body", json.dumps(extra)]
+    out = runner.invoke(cli(), args)
+    assert out.exit_code == 0, out.output
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    level = json.loads(line)
+    assert level["failures"] == 0
+    # "yes" / "no" are a few tokens, then the grammar ends the request (ignore_eos or not)
+    assert level["output_tokens"] < 4 * 8
+    bad = runner.invoke(cli(), [*args[:-1], "[1]"])
+    assert bad.exit_code == 2 and "JSON object" in bad.output
+
+
 def test_serve_unreachable_server_exits_1() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     out = CliRunner().invoke(cli(), ["--url", url, "--requests", "1"])

@@ -185,3 +185,10 @@ def test_direct_construction_is_checked() -> None:
         LaunchConfig(port="eighty")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="unknown config key"):
         LaunchConfig.from_dict({"prot": 1})
+
+
+def test_served_model_name_takes_a_comma_list() -> None:
+    cfg = load_config(env={}, flags={"served_model_name": "main, alias-1"})
+    assert cfg.served_model_name == ("main", "alias-1")
+    assert load_config(env={"MINISGL_SERVED_MODEL_NAME": "x"}).served_model_name == ("x",)
+    assert load_config(env={}).served_model_name == ()

@@ -174,7 +174,8 @@ async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
 async def run_serve(url: str, concurrency: Sequence[int], requests: int | None, max_tokens: int,
                     *, model: str | None = None, prompt_len: int | None = None,
                     duration_limit_s: float = 300.0, api_key: str | None = None,
-                    progress: bool = True) -> list[ServeResult]:
+                    progress: bool = True,
+                    extra_body: dict[str, Any] | None = None) -> list[ServeResult]:
     """The async core: warm up, then one ServeResult per concurrency level, in order.
 
     aiohttp, not httpx: the client shares the machine with the server it measures, and httpx
@@ -188,7 +189,8 @@ async def run_serve(url: str, concurrency: Sequence[int], requests: int | None, 
     async with aiohttp.ClientSession(headers=headers, connector=connector,
                                      timeout=timeout) as session:
         model = model or await fetch_model(session, url)
-        options = await probe(session, url, model, prompt_len)
+        # extra fields (response_format, tools...) go into every request after the probe
+        options = {**await probe(session, url, model, prompt_len), **(extra_body or {})}
         return [await run_level(session, url, model, c, requests or default_requests(c),
                                 max_tokens, prompt_len, options, duration_limit_s, progress)
                 for c in concurrency]
@@ -206,11 +208,12 @@ def table_row(r: ServeResult) -> list[object]:
 def main(url: str, concurrency: list[int], requests: int | None, max_tokens: int,
          json_lines: bool, model: str | None = None, prompt_len: int | None = None,
          duration_limit_s: float = 300.0, api_key: str | None = None,
-         progress: bool = True) -> list[dict[str, Any]]:
+         progress: bool = True, extra_body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run the load, print a table (or one JSON line per level), return the levels as dicts."""
     results = asyncio.run(run_serve(url, concurrency, requests, max_tokens, model=model,
                                     prompt_len=prompt_len, duration_limit_s=duration_limit_s,
-                                    api_key=api_key, progress=progress))
+                                    api_key=api_key, progress=progress,
+                                    extra_body=extra_body))
     dicts = [r.as_dict() for r in results]
     if json_lines:
         for d in dicts:
@@ -238,14 +241,25 @@ def serve_command(
     api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY",
                                                 help="Bearer token.")] = None,
     json_: Annotated[bool, typer.Option("--json", help="One JSON line per level.")] = False,
+    extra_body: Annotated[str | None, typer.Option(
+        help='JSON object merged into every request, e.g. \'{"response_format": '
+             '{"type": "json_object"}}\'.')] = None,
 ) -> None:
     """Load an OpenAI-compatible server with streaming chat requests and report latency and
     throughput per concurrency level."""
     import aiohttp
 
+    extra = None
+    if extra_body is not None:
+        try:
+            extra = json.loads(extra_body)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--extra-body") from None
+        if not isinstance(extra, dict):
+            raise typer.BadParameter("must be a JSON object", param_hint="--extra-body")
     try:
         results = main(url, concurrency or [1, 8, 32], requests, max_tokens, json_, model,
-                       prompt_len, duration_limit, api_key)
+                       prompt_len, duration_limit, api_key, extra_body=extra)
     except (aiohttp.ClientError, RuntimeError) as exc:
         typer.echo(f"minisgl: error: {url}: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -19,6 +19,7 @@ import torch
 from minisgl_core.engine import prompt_logprobs
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
+from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.request import (
     Request,
@@ -29,13 +30,15 @@ from minisgl_core.engine.request import (
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
-from minisgl_core.engine.weights import Checkpoint
+from minisgl_core.engine.weights import Checkpoint, model_name_of
 from minisgl_core.messages import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from minisgl_core.engine.parallel import TensorParallel
 
 log = logging.getLogger(__name__)
+
+GRAMMAR_WAIT_S = 0.005  # an idle step waits this long for a compiling grammar instead of spinning
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ class Engine:
         self.config = config
         path = Path(config.model)
         self.model_path = path
-        self.model_name = path.name
+        self.model_name = model_name_of(path)
         self.model_config = cfg = ModelConfig.from_dir(path)
         self.device = torch.device(config.device)
         self.dtype: torch.dtype = getattr(torch, config.dtype)
@@ -131,6 +134,8 @@ class Engine:
         self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
                                    config.max_prefill_tokens, config.cache)
         self.requests: dict[str, Request] = {}
+        self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
+            self.tokenizer, self.vocab_size, self.eos_token_ids))
         self._generated_tokens = 0
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
@@ -181,20 +186,35 @@ class Engine:
         if sampling.prompt_logprobs is not None:
             req.prompt_lp = prompt_logprobs.PromptLogprobState(sampling.prompt_logprobs)
         self.sampler.prepare(req)
+        # a constrained request waits outside the scheduler until its grammar compiled (admit
+        # raises RequestRejected for a grammar known to fail: nothing is kept then)
+        parked = sampling.structured is not None and not self.grammar.admit(req)
         self.requests[request_id] = req
-        self.scheduler.add(req)
+        if not parked:
+            self.scheduler.add(req)
+
+    def _unpark(self) -> list[StepOutput]:
+        """Queue the requests whose grammar compiled; refuse those whose grammar failed."""
+        attached, failed = self.grammar.ready()
+        for req in attached:
+            self.scheduler.add(req)
+        for req, _ in failed:
+            self.requests.pop(req.request_id, None)
+        return [StepOutput(r.request_id, (), "error", len(r.prompt_ids), 0, error=exc)
+                for r, exc in failed]
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its pages; False if unknown or already done."""
         req = self.requests.pop(request_id, None)
         if req is None:
             return False
-        self.scheduler.remove(req)
+        if not self.grammar.drop(request_id):
+            self.scheduler.remove(req)
         return True
 
     def has_work(self) -> bool:
         """True while any request is waiting or running."""
-        return bool(self.scheduler.waiting or self.scheduler.running)
+        return bool(self.scheduler.waiting or self.scheduler.running or self.grammar.parked)
 
     def run_until_idle(self) -> Iterator[StepOutput]:
         """Step until no request is left, yielding every StepOutput as it comes."""
@@ -209,7 +229,8 @@ class Engine:
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""
         s, c = self.scheduler, self.scheduler.cache
-        return EngineStats(len(s.running), len(s.waiting), self.num_pages, s.num_available,
+        waiting = len(s.waiting) + len(self.grammar.parked)  # compiling grammars wait too
+        return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
                            self._generated_tokens, c.num_pages if c else 0,
                            c.hit_tokens if c else 0)
@@ -219,9 +240,12 @@ class Engine:
     @torch.inference_mode()
     def step(self) -> list[StepOutput]:
         """Run one batch (decode every running request, prefill within the budget)."""
+        refused = self._unpark() if self.grammar.parked else []
         batch = self.scheduler.schedule()
         if batch is None:
-            return []
+            if self.grammar.parked and not refused:  # only compiling grammars: do not spin
+                self.grammar.wait(GRAMMAR_WAIT_S)
+            return refused
         ids: list[int] = [r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
                           for r in batch.decode]
         rows: list[int] = list(range(len(batch.decode)))
@@ -251,7 +275,7 @@ class Engine:
         for r, n in batch.prefill:
             r.num_cached += n
         if not to_sample:
-            return []
+            return refused
         index = torch.tensor(rows, device=self.device)
         logits = self.model.logits(hidden.index_select(0, index))  # [N, V]
         asked = [i for i, r in enumerate(to_sample) if r.sampling.logprobs is not None]
@@ -264,8 +288,8 @@ class Engine:
             found = token_logprobs(dist, [tokens[i] for i in asked], tops)
             for i, logprob in zip(asked, found, strict=True):
                 logprobs[i] = logprob
-        return [self._append(r, tok, lp)
-                for r, tok, lp in zip(to_sample, tokens, logprobs, strict=True)]
+        return refused + [self._append(r, tok, lp)
+                          for r, tok, lp in zip(to_sample, tokens, logprobs, strict=True)]
 
     @torch.inference_mode()
     def follow(self) -> None:
@@ -279,6 +303,7 @@ class Engine:
 
     def close(self) -> None:
         """Rank 0: stop the followers; every rank leaves the process group (no-op without tp)."""
+        self.grammar.close()
         if self.tp is None:
             return
         if self.tp.leader:
@@ -290,6 +315,8 @@ class Engine:
         req.output_ids.append(token)
         self._generated_tokens += 1
         self.sampler.observe(req, token)
+        if req.grammar is not None and not req.grammar.accept(token):
+            log.warning("request %s: its grammar refused token %d", req.request_id, token)
         reason = self._finish_reason(req, token)
         if reason is not None:
             req.finish_reason = reason
@@ -302,6 +329,8 @@ class Engine:
 
     def _finish_reason(self, req: Request, token: int) -> StopReason | None:
         s = req.sampling
+        if req.grammar is not None and req.grammar.finished:
+            return "stop"  # the grammar accepted EOS: the output is complete
         if (not s.ignore_eos and token in self.eos_token_ids) or token in s.stop_token_ids:
             return "stop"
         if req.stop_window:
@@ -324,5 +353,6 @@ class Engine:
                                  "leaked")
         if cache and (cache.num_evictable != cached or len(cache.pages()) != cached):
             raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
-        if any(r.state is not State.FINISHED for r in self.requests.values()):
+        if self.grammar.parked or any(r.state is not State.FINISHED
+                                      for r in self.requests.values()):
             raise AssertionError("requests left in the engine")

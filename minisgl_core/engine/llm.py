@@ -130,6 +130,8 @@ class LLM:
             for rid, (_, prompt_ids), sp in zip(ids, items, params, strict=True):
                 engine.add_request(rid, prompt_ids, sp)
             for out in engine.run_until_idle():
+                if out.error is not None:  # e.g. a structured-output spec that does not compile
+                    raise out.error
                 tokens[out.request_id].extend(out.token_ids)
                 logprobs[out.request_id].extend(out.logprobs)
                 if out.prompt_logprobs is not None:

@@ -17,7 +17,8 @@ class RequestRejected(Exception):
     """A request the engine will not take; ``code`` is stable, ``message`` is for people.
 
     Codes: ``context_length_exceeded``, ``kv_cache_exceeded``, ``invalid_token_ids`` (in the
-    prompt or in ``logit_bias``), ``empty_prompt``, ``duplicate_request_id``.
+    prompt or in ``logit_bias``), ``empty_prompt``, ``duplicate_request_id``, ``invalid_grammar``
+    (a structured-output spec that does not compile).
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -35,12 +36,13 @@ class StepOutput:
 
     request_id: str
     token_ids: tuple[int, ...]  # new this step
-    finish_reason: StopReason | None
+    finish_reason: StopReason | Literal["error"] | None
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens the prefix cache supplied when it was admitted
     logprobs: tuple[TokenLogprob, ...] = ()  # for each of token_ids, when the request asked
     prompt_logprobs: PromptLogprobs | None = None  # on the first output, when the request asked
+    error: RequestRejected | None = None  # set (with no tokens) when the request was refused late
 
 
 class State(enum.Enum):
@@ -75,6 +77,8 @@ class Request:
     cache_node: Any = None  # radix_cache.Node it locks while running (None: holds no lock)
     num_shared_pages: int = 0  # pages[:num_shared_pages] belong to the prefix cache's tree
     prompt_lp: Any = None  # prompt_logprobs.PromptLogprobState when sampling.prompt_logprobs
+    grammar: Any = None  # grammar.GrammarState of a constrained request
+    grammar_future: Any = None  # its compiling grammar while the request waits for it
 
     @property
     def num_tokens(self) -> int:

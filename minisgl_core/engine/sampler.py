@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from minisgl_core.engine.grammar import apply_masks
 from minisgl_core.engine.request import Request
 from minisgl_core.messages import TokenLogprob
 
@@ -65,7 +66,8 @@ class Sampler:
             req.bias = (torch.tensor(ids, device=self.device),
                         torch.tensor(values, dtype=torch.float32, device=self.device))
         stops = set(s.stop_token_ids) | (set() if s.ignore_eos else set(self.eos_token_ids))
-        if s.min_tokens > 0 and stops:
+        # a constrained request ends when its grammar says so: min_tokens cannot ban its EOS
+        if s.min_tokens > 0 and stops and s.structured is None:
             req.banned = torch.tensor(sorted(stops), device=self.device)
 
     def observe(self, req: Request, token: int) -> None:
@@ -76,6 +78,9 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[int]:
         """One token per row of ``logits [N, V]`` (row i belongs to ``reqs[i]``)."""
+        constrained = [i for i, r in enumerate(reqs) if r.grammar is not None]
+        if constrained:  # first, so that every later step sees only allowed tokens
+            apply_masks(logits, constrained, [reqs[i].grammar for i in constrained])
         if all(r.sampling.greedy and not _adjusts(r) for r in reqs):
             return logits.argmax(-1).tolist()  # type: ignore[no-any-return]
         logits = logits.float()

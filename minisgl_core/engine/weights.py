@@ -46,6 +46,14 @@ def find_default_gguf() -> Path:
     )
 
 
+def model_name_of(path: Path) -> str:
+    """The name a model directory is served under: the default model's is ``DEFAULT_NAME``
+    (its cache directory also names the GGUF quantization, e.g. ``.Q4_1``)."""
+    if path.name.startswith(DEFAULT_NAME) and (path / MARKER).is_file():
+        return DEFAULT_NAME
+    return path.name
+
+
 def ensure_default_model() -> Path:
     """Return the converted default model, converting the GGUF first if needed (atomic)."""
     gguf = find_default_gguf()

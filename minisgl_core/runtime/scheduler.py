@@ -150,6 +150,12 @@ class SchedulerLoop:
             rid = out.request_id
             if rid not in self.live:  # finished or aborted earlier: never emit after a terminal
                 continue
+            if getattr(out, "error", None) is not None:  # refused after admission (a grammar)
+                self.live.discard(rid)
+                self._terminal(rid, "error", self.first_delta_info.pop(rid, None),
+                               prompt_tokens=out.prompt_tokens, error=ErrorInfo(
+                                   message=out.error.message, code=out.error.code))
+                continue
             self.generation_tokens_total += len(out.token_ids)
             if out.finish_reason is not None:
                 self.live.discard(rid)

@@ -12,6 +12,7 @@ from minisgl_core.messages import (
     SamplingParams,
     TokenizedRequest,
 )
+from minisgl_core.text.chat_tools import conversation
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 # Prompt ids handed to the detokenizer as context for the first output token (its leading space).
@@ -75,6 +76,14 @@ class TokenizerRole:
         return TokenizedRequest(request_id=req.request_id, prompt_ids=ids, sampling=req.sampling,
                                 detokenize=info, arrival_time=req.arrival_time)
 
+    def encode(self, req: GenerateRequest, *, add_generation_prompt: bool = True
+               ) -> tuple[int, ...]:
+        """The prompt ids ``tokenize`` would send for ``req``; raises RequestError (for the
+        frontends' /tokenize, which show what the engine will see)."""
+        if req.messages is not None and req.prompt is None and req.token_ids is None:
+            return self._chat_ids(req, add_generation_prompt=add_generation_prompt)
+        return self._prompt_ids(req)[0]
+
     # ---- internals ------------------------------------------------------------------------
 
     def _reject(self, req: GenerateRequest, info: DetokenizeInfo,
@@ -99,7 +108,8 @@ class TokenizerRole:
             return self._chat_ids(req), "messages"
         return self._check_ids(req.token_ids or ()), "prompt"
 
-    def _chat_ids(self, req: GenerateRequest) -> tuple[int, ...]:
+    def _chat_ids(self, req: GenerateRequest, *, add_generation_prompt: bool = True
+                  ) -> tuple[int, ...]:
         messages = req.messages or ()
         if not messages:
             raise RequestError("messages must not be empty", param="messages")
@@ -111,10 +121,11 @@ class TokenizerRole:
         if not self.has_chat_template:
             raise RequestError("this model has no chat template; send a prompt instead",
                                param="messages")
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
         try:
-            text = self.tokenizer.apply_chat_template(conversation, tokenize=False,
-                                                      add_generation_prompt=True)
+            turns, tools = conversation(messages, req.tools, self.tokenizer.chat_template)
+            extra = {} if tools is None else {"tools": tools}
+            text = self.tokenizer.apply_chat_template(
+                turns, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
         except Exception as exc:  # jinja errors, raise_exception() in the template
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RequestError(f"the chat template rejected the messages: {reason[:200]}",

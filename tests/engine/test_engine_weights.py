@@ -100,3 +100,16 @@ def test_models_plugin_registers_every_builtin_architecture(tmp_path: Path) -> N
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Gpt2"]}))
     with pytest.raises(ModelNotFoundError, match="unsupported model architecture 'Gpt2'.*Llama"):
         model_class(models, tmp_path)
+
+
+def test_the_default_model_is_served_without_its_quantization_suffix(tmp_path: Path) -> None:
+    from minisgl_core.engine.weights import DEFAULT_NAME, MARKER, model_name_of
+
+    converted = tmp_path / f"{DEFAULT_NAME}.Q4_1"
+    converted.mkdir()
+    assert model_name_of(converted) == f"{DEFAULT_NAME}.Q4_1"  # not converted by minisgl
+    (converted / MARKER).write_text("{}")
+    assert model_name_of(converted) == DEFAULT_NAME
+    other = tmp_path / "my-model"
+    other.mkdir()
+    assert model_name_of(other) == "my-model"

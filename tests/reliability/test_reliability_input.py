@@ -57,7 +57,9 @@ NAMED_CASES: dict[str, tuple[str, object]] = {
     "empty messages": (CHAT, {"messages": []}),
     "message without role": (CHAT, {"messages": [{"content": "x"}]}),
     "unknown role": (CHAT, {"messages": [{"role": "wizard", "content": "x"}]}),
-    "tool role": (CHAT, {"messages": [{"role": "tool", "content": "x"}]}),
+    "tool_calls on a user turn": (CHAT, {"messages": [{"role": "user", "content": "x",
+                                                       "tool_calls": [{"id": "1", "function": {
+                                                           "name": "f", "arguments": "{}"}}]}]}),
     "image content part": (CHAT, {"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://x"}}]}]}),
     "empty prompt": (COMPLETIONS, {"prompt": ""}),
@@ -93,6 +95,44 @@ NAMED_CASES: dict[str, tuple[str, object]] = {
     "zero max_tokens without echo": (COMPLETIONS, {"prompt": "a", "max_tokens": 0}),
     "echo with negative max_tokens": (COMPLETIONS, {"prompt": "a", "echo": True,
                                                     "max_tokens": -1}),
+    "response_format of unknown type": (CHAT, {"messages": MSG,
+                                                "response_format": {"type": "yaml"}}),
+    "json_schema without a schema": (CHAT, {"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x"}}}),
+    "json_schema of unknown type": (CHAT, {"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": MARKER}}}}),
+    "json_schema with a dangling $ref": (COMPLETIONS, {"prompt": "a", "response_format": {
+        "type": "json_schema", "json_schema": {"schema": {"$ref": "#/$defs/none"}}}}),
+    "json_schema as broken JSON text": (CHAT, {"messages": MSG, "structured_outputs": {
+        "json": "{" + MARKER}}),
+    "regex that does not parse": (COMPLETIONS, {"prompt": "a",
+                                                "structured_outputs": {"regex": "(" + MARKER}}),
+    "grammar with an undefined rule": (CHAT, {"messages": MSG, "structured_outputs": {
+        "grammar": "root ::= missing_rule"}}),
+    "empty choice list": (CHAT, {"messages": MSG, "structured_outputs": {"choice": []}}),
+    "two structured_outputs keys": (CHAT, {"messages": MSG, "structured_outputs": {
+        "regex": "a", "choice": ["a"]}}),
+    "response_format and structured_outputs": (CHAT, {
+        "messages": MSG, "response_format": {"type": "json_object"},
+        "structured_outputs": {"regex": "a"}}),
+    "tools not a list": (CHAT, {"messages": MSG, "tools": {"name": "f"}}),
+    "tool name with spaces": (CHAT, {"messages": MSG, "tools": [
+        {"type": "function", "function": {"name": "get weather"}}]}),
+    "tool parameters not an object": (CHAT, {"messages": MSG, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": [1]}}]}),
+    "tool_choice without tools": (CHAT, {"messages": MSG, "tool_choice": "required"}),
+    "tool_choice naming an unknown function": (CHAT, {"messages": MSG, "tools": [
+        {"type": "function", "function": {"name": "f"}}],
+        "tool_choice": {"type": "function", "function": {"name": MARKER}}}),
+    "required tool with a schema that does not compile": (CHAT, {"messages": MSG, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "nope"}}}}}],
+        "tool_choice": "required"}),
+    "required tool_choice and response_format": (CHAT, {
+        "messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}],
+        "tool_choice": "required", "response_format": {"type": "json_object"}}),
+    "tokenize with prompt and messages": ("/tokenize", {"prompt": "a", "messages": MSG}),
+    "detokenize id outside the vocabulary": ("/detokenize", {"tokens": [10**6]}),
     "unknown model": (CHAT, {"model": MARKER, "messages": MSG}),
     "long unknown role": (CHAT, {"messages": [{"role": MARKER, "content": "x"}]}),
 }

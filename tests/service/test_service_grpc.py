@@ -158,3 +158,38 @@ def test_grpc_prompt_logprobs_equal_the_openai_ones(both: tuple[RunningService, 
     with pytest.raises(grpc.RpcError) as err:
         list(stream_generate(url, bad, timeout=60))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+SCHEMA = ('{"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", '
+          '"minimum": 0, "maximum": 99}, "tag": {"enum": ["a", "b"]}}, "required": ["ok", "n", '
+          '"tag"], "additionalProperties": false}')
+
+
+def test_grpc_structured_output_equals_openai(both: tuple[RunningService, str]) -> None:
+    import json
+
+    from minisgl_frontend_grpc.client import build_request, stream_generate
+
+    svc, url = both
+    request = build_request("Facts:", max_tokens=80, temperature=0.0)
+    request.sampling.structured.kind = "json_schema"
+    request.sampling.structured.spec = SCHEMA
+    msgs = list(stream_generate(url, request, timeout=60))
+    text = "".join(m.text for m in msgs)
+    assert msgs[-1].finish_reason == "stop"
+    r = httpx.post(f"{svc.url}/v1/completions", timeout=60, json={
+        "prompt": "Facts:", "max_tokens": 80, "temperature": 0, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "f", "schema": json.loads(SCHEMA)}}})
+    assert r.status_code == 200, r.text
+    assert text == r.json()["choices"][0]["text"]
+    assert set(json.loads(text)) == {"ok", "n", "tag"}
+    for kind, spec, says in (("json_schema", '{"type": "nope"}', "Unsupported type"),
+                             ("yaml", "", "kind must be one of")):
+        bad = build_request("x", max_tokens=4)
+        bad.sampling.structured.kind = kind
+        bad.sampling.structured.spec = spec
+        with pytest.raises(grpc.RpcError) as err:
+            list(stream_generate(url, bad, timeout=60))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert says in (err.value.details() or "")
+    assert _idle(svc.wait_metrics(_idle, 5.0))

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, get_args
 
 import grpc
 
-from minisgl_core.messages import ChatMessage, ErrorInfo, GenerateRequest, SamplingParams
+from minisgl_core.messages import (
+    ChatMessage,
+    ErrorInfo,
+    GenerateRequest,
+    SamplingParams,
+    StructuredKind,
+    StructuredOutput,
+)
 
 # proto field -> SamplingParams field, for the `optional` scalars (unset = the core's default)
 _OPTIONAL_SCALARS = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
                      "frequency_penalty", "repetition_penalty", "logprobs", "prompt_logprobs")
 DEFAULT_MAX_TOKENS = SamplingParams().max_tokens
+STRUCTURED_KINDS: tuple[str, ...] = get_args(StructuredKind)
 
 
 class RequestError(Exception):
@@ -36,6 +44,14 @@ def to_sampling(sampling: Any) -> SamplingParams:
     for name in _OPTIONAL_SCALARS:
         if sampling.HasField(name):
             kwargs[name] = getattr(sampling, name)
+    if sampling.HasField("structured"):
+        kind = sampling.structured.kind
+        if kind not in STRUCTURED_KINDS:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"sampling.structured.kind must be one of "
+                               f"{', '.join(STRUCTURED_KINDS)}, got {kind[:40]!r}")
+        # whether the spec compiles is checked by the engine: INVALID_ARGUMENT naming the problem
+        kwargs["structured"] = StructuredOutput(kind, sampling.structured.spec)
     try:
         return SamplingParams(**kwargs)
     except ValueError as exc:  # the core says which field and why

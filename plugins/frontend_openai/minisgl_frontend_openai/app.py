@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,7 +17,7 @@ from starlette.requests import ClientDisconnect
 from minisgl_core import __version__
 from minisgl_core.client import EngineClient
 from minisgl_core.messages import GenerateRequest
-from minisgl_frontend_openai.echo import chat_format, completion_format, prompt_chunk
+from minisgl_frontend_openai.echo import completion_format
 from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.metrics import CONTENT_TYPE, FrontendMetrics
@@ -36,6 +37,10 @@ from minisgl_frontend_openai.sse import (
     frame,
     race_disconnect,
 )
+from minisgl_frontend_openai.structured import with_structured
+from minisgl_frontend_openai.tokenize_routes import LazyTokenizer, add_tokenize_routes
+from minisgl_frontend_openai.tool_format import chat_format
+from minisgl_frontend_openai.tools import prepare_tools
 from minisgl_frontend_openai.ui import UI_PATHS
 
 log = logging.getLogger(__name__)
@@ -47,8 +52,13 @@ CLIENT_CLOSED_REQUEST = 499  # never seen by anyone: the client is gone (nginx's
 def build_app(client: EngineClient, *, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_aliases: Iterable[str] = (),
               metrics_require_key: bool = False,
-              metrics: FrontendMetrics | None = None) -> FastAPI:
-    """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics."""
+              metrics: FrontendMetrics | None = None, served_model_names: Sequence[str] = (),
+              tokenizer: Callable[[], Any] | None = None) -> FastAPI:
+    """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics.
+
+    ``served_model_names`` (``--served-model-name``) replace the engine's model name: the first
+    is reported, each is accepted. ``tokenizer`` loads a TokenizerRole for /tokenize.
+    """
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics = metrics or FrontendMetrics()
     app.state.live = live = set[Generation]()  # generations not yet closed (empty when idle)
@@ -56,13 +66,15 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     started = int(time.time())
 
     def served_names() -> list[str]:
-        return list(dict.fromkeys((client.model_name, *aliases)))
+        primary = tuple(served_model_names) or (client.model_name,)
+        return list(dict.fromkeys((*primary, *aliases)))
 
     def check_model(name: str | None) -> str:
-        if name is not None and name not in served_names():
+        names = served_names()
+        if name is not None and name not in names:
             raise APIError(404, f"The model '{name[:100]}' does not exist",
                            param="model", code="model_not_found")
-        return client.model_name
+        return names[0]
 
     def model_card(name: str) -> dict[str, object]:
         return {"id": name, "object": "model", "created": started, "owned_by": "minisgl",
@@ -131,19 +143,26 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
         check_model(model)
         return JSONResponse(model_card(model))
 
+    if tokenizer is not None:
+        add_tokenize_routes(app, LazyTokenizer(tokenizer), owner=client.frontend_id,
+                            check_model=check_model, max_context=lambda: client.max_context)
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         req = parse(ChatCompletionRequest, await request.body())
         model = check_model(req.model)
-        sampling = req.sampling(client.max_context)
+        sampling = await with_structured(req.model_extra, req.sampling(client.max_context))
+        tools, sampling = await prepare_tools(req.model_extra, sampling)
         messages = req.chat_messages()
         rid = uuid.uuid4().hex
         now = time.time()
         engine_requests = [
             GenerateRequest(request_id=f"chatcmpl-{rid}-{j}", owner=client.frontend_id,
-                            sampling=for_choice(sampling, j), messages=messages, arrival_time=now)
+                            sampling=for_choice(sampling, j), messages=messages, arrival_time=now,
+                            tools=tools.template_json if tools else None)
             for j in range(req.choices_per_prompt)]
-        fmt = chat_format(req, response_id=f"chatcmpl-{rid}", model=model, created=int(now),
+        fmt = chat_format(tools, prompt_logprobs=req.prompt_logprobs,
+                          response_id=f"chatcmpl-{rid}", model=model, created=int(now),
                           include_usage=req.include_usage,
                           return_token_ids=bool(req.return_token_ids),
                           logprobs=sampling.logprobs is not None)
@@ -154,7 +173,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     async def completions(request: Request) -> Response:
         req = parse(CompletionRequest, await request.body())
         model = check_model(req.model)
-        sampling = req.sampling(client.max_context)
+        sampling = await with_structured(req.model_extra, req.sampling(client.max_context))
         prompts = req.prompts()
         n = req.choices_per_prompt
         rid = uuid.uuid4().hex
@@ -225,16 +244,8 @@ async def _stream_body(gen: Generation, fmt: CompletionFormat, n: int) -> AsyncI
         for chunk in fmt.first_chunks(n):
             yield frame(chunk)
         async for index, delta in gen.events():
-            ids, logprobs = delta.token_ids, delta.logprobs
-            if delta.prompt_logprobs is not None and (
-                    echoed := prompt_chunk(fmt, index, delta.prompt_logprobs)) is not None:
-                yield frame(echoed)
-            if delta.text:
-                if (chunk := fmt.text_chunk(index, delta.text, ids, logprobs)) is not None:
-                    yield frame(chunk)
-                ids, logprobs = (), ()
-            if delta.finish_reason is not None:
-                yield frame(fmt.final_chunk(index, delta.finish_reason, ids, logprobs))
+            for chunk in fmt.delta_chunks(index, delta):
+                yield frame(chunk)
         if fmt.include_usage:
             yield frame(fmt.usage_chunk(gen.usage()))
     except APIError as err:

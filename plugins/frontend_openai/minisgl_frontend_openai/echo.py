@@ -17,23 +17,8 @@ from typing import Any
 
 from minisgl_core.messages import TextLogprob, TextPromptLogprobs
 from minisgl_frontend_openai.generation import ChoiceState, Usage
-from minisgl_frontend_openai.responses import ChatFormat, CompletionFormat
-from minisgl_frontend_openai.schemas import ChatCompletionRequest, CompletionRequest, Prompt
-
-
-def vllm_prompt_logprobs(p: TextPromptLogprobs, k: int) -> list[dict[str, Any] | None]:
-    """vLLM's ``prompt_logprobs``: None, then per token ``{id: {logprob, rank, decoded_token}}``
-    for the prompt token and its ``k`` most likely alternatives."""
-    out: list[dict[str, Any] | None] = [None]
-    pairs = zip(p.logprobs.token_ids[1:], p.tokens[1:], p.logprobs.entries, p.top_tokens,
-                p.logprobs.ranks, strict=True)
-    for tok, text, entry, top_texts, rank in pairs:
-        ranked = {str(t): {"logprob": v, "rank": i + 1, "decoded_token": s}
-                  for i, ((t, v), s) in enumerate(zip(entry.top[:k], top_texts, strict=False))}
-        ranked.setdefault(str(tok), {"logprob": entry.logprob, "rank": rank,
-                                     "decoded_token": text})
-        out.append(ranked)
-    return out
+from minisgl_frontend_openai.responses import CompletionFormat, vllm_prompt_logprobs
+from minisgl_frontend_openai.schemas import CompletionRequest, Prompt
 
 
 class EchoCompletionFormat(CompletionFormat):
@@ -129,21 +114,6 @@ class EchoCompletionFormat(CompletionFormat):
         return choice
 
 
-class PromptLogprobsChatFormat(ChatFormat):
-    """ChatFormat with vLLM's top-level ``prompt_logprobs`` (the conversation's, once)."""
-
-    def __init__(self, *, prompt_logprobs: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.prompt_logprobs = prompt_logprobs
-
-    def full(self, choices: Sequence[ChoiceState], usage: Usage) -> dict[str, Any]:
-        out = super().full(choices, usage)
-        first = next((c.prompt_logprobs for c in choices if c.prompt_logprobs), None)
-        if first is not None:
-            out["prompt_logprobs"] = vllm_prompt_logprobs(first, self.prompt_logprobs)
-        return out
-
-
 def completion_format(req: CompletionRequest, prompts: Sequence[Prompt],
                       **kwargs: Any) -> CompletionFormat:
     """The format of a /v1/completions answer: the plain one unless the prompt is asked for."""
@@ -154,15 +124,3 @@ def completion_format(req: CompletionRequest, prompts: Sequence[Prompt],
     return EchoCompletionFormat(echo=bool(req.echo), echo_only=req.echo_only, prompt_texts=texts,
                                 top=req.logprobs or 0, prompt_logprobs=req.prompt_logprobs,
                                 **kwargs)
-
-
-def chat_format(req: ChatCompletionRequest, **kwargs: Any) -> ChatFormat:
-    """The format of a /v1/chat/completions answer (with ``prompt_logprobs`` when asked)."""
-    if req.prompt_logprobs is None:
-        return ChatFormat(**kwargs)
-    return PromptLogprobsChatFormat(prompt_logprobs=req.prompt_logprobs, **kwargs)
-
-
-def prompt_chunk(fmt: CompletionFormat, index: int, p: TextPromptLogprobs) -> dict[str, Any] | None:
-    """The echo chunk of choice ``index`` when ``fmt`` echoes prompts, else None."""
-    return fmt.prompt_chunk(index, p) if isinstance(fmt, EchoCompletionFormat) else None

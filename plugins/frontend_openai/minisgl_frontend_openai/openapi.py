@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from minisgl_frontend_openai.schemas import ChatCompletionRequest, CompletionRequest
+from minisgl_frontend_openai.tokenize_routes import DetokenizeRequest, TokenizeRequest
 
 
 def openapi_document(version: str) -> dict[str, Any]:
@@ -30,6 +31,8 @@ def openapi_document(version: str) -> dict[str, Any]:
                                           "responses": answers}},
         "/v1/completions": {"post": {"requestBody": body(CompletionRequest),
                                      "responses": answers}},
+        "/tokenize": {"post": {"requestBody": body(TokenizeRequest), "responses": answers}},
+        "/detokenize": {"post": {"requestBody": body(DetokenizeRequest), "responses": answers}},
         "/v1/models": {"get": {"responses": answers}},
         "/v1/models/{model}": {"get": {"parameters": [model_param], "responses": answers}},
         "/health": {"get": {"responses": answers}},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from minisgl_core.messages import TextLogprob
+from minisgl_core.messages import TextDelta, TextLogprob, TextPromptLogprobs
 from minisgl_frontend_openai.generation import ChoiceState, Usage
 
 
@@ -64,6 +64,25 @@ class CompletionFormat:
         """Chunks sent before any text (none for text completions)."""
         return []
 
+    def delta_chunks(self, index: int, delta: TextDelta) -> list[dict[str, Any]]:
+        """The stream chunks one TextDelta of choice ``index`` becomes (in order)."""
+        out = []
+        if delta.prompt_logprobs is not None and (
+                echoed := self.prompt_chunk(index, delta.prompt_logprobs)) is not None:
+            out.append(echoed)
+        ids, logprobs = delta.token_ids, delta.logprobs
+        if delta.text:
+            if (chunk := self.text_chunk(index, delta.text, ids, logprobs)) is not None:
+                out.append(chunk)
+            ids, logprobs = (), ()
+        if delta.finish_reason is not None:
+            out.append(self.final_chunk(index, delta.finish_reason, ids, logprobs))
+        return out
+
+    def prompt_chunk(self, index: int, p: TextPromptLogprobs) -> dict[str, Any] | None:
+        """The chunk that echoes choice ``index``'s prompt (None: this format echoes none)."""
+        return None
+
     def text_chunk(self, index: int, text: str, token_ids: Sequence[int] = (),
                    logprobs: Sequence[TextLogprob] = ()) -> dict[str, Any] | None:
         """A non-final chunk with new text (``finish_reason: null``) and the ids behind it
@@ -100,10 +119,22 @@ class CompletionFormat:
 
 
 class ChatFormat(CompletionFormat):
-    """``chat.completion`` / ``chat.completion.chunk`` objects."""
+    """``chat.completion`` / ``chat.completion.chunk`` objects, with vLLM's top-level
+    ``prompt_logprobs`` (the conversation's, once) when ``prompt_logprobs`` is set."""
 
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
+
+    def __init__(self, *, prompt_logprobs: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prompt_logprobs = prompt_logprobs
+
+    def full(self, choices: Sequence[ChoiceState], usage: Usage) -> dict[str, Any]:
+        out = super().full(choices, usage)
+        first = next((c.prompt_logprobs for c in choices if c.prompt_logprobs), None)
+        if first is not None and self.prompt_logprobs is not None:
+            out["prompt_logprobs"] = vllm_prompt_logprobs(first, self.prompt_logprobs)
+        return out
 
     def _chunk_choice(self, index: int, text: str, reason: str | None) -> dict[str, Any]:
         return {"index": index, "delta": {"content": text}, "logprobs": None,
@@ -125,6 +156,21 @@ class ChatFormat(CompletionFormat):
     def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
         return {"index": index, "message": {"role": "assistant", "content": "".join(choice.text)},
                 "logprobs": None, "finish_reason": choice.finish_reason}
+
+
+def vllm_prompt_logprobs(p: TextPromptLogprobs, k: int) -> list[dict[str, Any] | None]:
+    """vLLM's ``prompt_logprobs``: None, then per token ``{id: {logprob, rank, decoded_token}}``
+    for the prompt token and its ``k`` most likely alternatives."""
+    out: list[dict[str, Any] | None] = [None]
+    pairs = zip(p.logprobs.token_ids[1:], p.tokens[1:], p.logprobs.entries, p.top_tokens,
+                p.logprobs.ranks, strict=True)
+    for tok, text, entry, top_texts, rank in pairs:
+        ranked = {str(t): {"logprob": v, "rank": i + 1, "decoded_token": s}
+                  for i, ((t, v), s) in enumerate(zip(entry.top[:k], top_texts, strict=False))}
+        ranked.setdefault(str(tok), {"logprob": entry.logprob, "rank": rank,
+                                     "decoded_token": text})
+        out.append(ranked)
+    return out
 
 
 def _token(token: str, logprob: float) -> dict[str, Any]:

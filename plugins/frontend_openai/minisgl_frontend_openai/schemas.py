@@ -7,13 +7,14 @@ implement, which are rejected unless they carry their neutral value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minisgl_core.messages import MAX_LOGPROBS, ChatMessage, SamplingParams
+from minisgl_core.messages import MAX_LOGPROBS, ChatMessage, SamplingParams, ToolCall
 from minisgl_frontend_openai.errors import APIError, bad_request
 
 MAX_N = 16  # choices per prompt
@@ -29,7 +30,7 @@ TopCount = Annotated[int, Field(ge=0, le=MAX_LOGPROBS)]
 Count = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 
 _CHAT_ROLES = {"system": "system", "developer": "system", "user": "user",
-               "assistant": "assistant"}
+               "assistant": "assistant", "tool": "tool"}
 
 
 def _none(v: Any) -> bool:
@@ -46,15 +47,13 @@ def _empty(v: Any) -> bool:
 
 # name -> "this value is neutral"; any other value is a 400 rather than a silent no-op
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
-    "response_format": lambda v: v is None or v == {"type": "text"},
-    "tools": _empty, "tool_choice": lambda v: v is None or v == "none", "functions": _empty,
+    "functions": _empty,
     "function_call": lambda v: v is None or v == "none", "echo": _off, "suffix": _empty,
     "prediction": _none, "audio": _none,
     "modalities": lambda v: v is None or v == ["text"], "reasoning_effort": _none,
     "web_search_options": _none, "use_beam_search": _off, "include_stop_str_in_output": _off,
     "length_penalty": lambda v: v is None or v == 1, "logits_processors": _empty,
-    "guided_json": _none, "guided_regex": _none, "guided_choice": _none, "guided_grammar": _none,
-    "structured_outputs": _none, "regex": _none, "ebnf": _none, "json_schema": _none,
+    "regex": _none, "ebnf": _none, "json_schema": _none,
     "add_generation_prompt": lambda v: v is None or v is True, "continue_final_message": _off,
     "chat_template": _none, "chat_template_kwargs": _empty,
 }
@@ -202,11 +201,28 @@ class ContentPart(_Strict):
     text: str | None = None
 
 
+class CalledFunction(_Strict):
+    """``function`` of a tool call in the history."""
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class HistoryToolCall(_Strict):
+    """A tool call an earlier assistant turn made."""
+
+    id: str = ""
+    type: str = "function"
+    function: CalledFunction
+
+
 class Message(_Strict):
     """One chat message (extra fields such as ``name`` are accepted and ignored)."""
 
     role: str
     content: str | list[ContentPart] | None = None
+    tool_calls: list[HistoryToolCall] | None = None  # assistant turns
+    tool_call_id: str | None = None  # tool turns: the call they answer
 
 
 class ChatCompletionRequest(_GenerationRequest):
@@ -225,17 +241,30 @@ class ChatCompletionRequest(_GenerationRequest):
 
     def chat_messages(self) -> tuple[ChatMessage, ...]:
         """The conversation as minisgl ChatMessages (content parts joined by newlines)."""
-        if not self.messages:
-            raise bad_request("'messages' must not be empty", param="messages")
-        out = []
-        for i, msg in enumerate(self.messages):
-            role = _CHAT_ROLES.get(msg.role)
-            if role is None:
-                raise bad_request(f"messages[{i}].role '{msg.role[:40]}' is not supported "
-                                  f"(use system, developer, user or assistant)",
-                                  param=f"messages.{i}.role")
-            out.append(ChatMessage(role=role, content=_content_text(msg.content, i)))
-        return tuple(out)
+        return chat_messages(self.messages)
+
+
+def chat_messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
+    """A request's ``messages`` as minisgl ChatMessages (content parts joined by newlines)."""
+    if not messages:
+        raise bad_request("'messages' must not be empty", param="messages")
+    out = []
+    for i, msg in enumerate(messages):
+        role = _CHAT_ROLES.get(msg.role)
+        if role is None:
+            raise bad_request(f"messages[{i}].role '{msg.role[:40]}' is not supported "
+                              f"(use system, developer, user, assistant or tool)",
+                              param=f"messages.{i}.role")
+        calls = tuple(ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments
+                               if isinstance(c.function.arguments, str)
+                               else json.dumps(c.function.arguments, ensure_ascii=False))
+                      for c in msg.tool_calls or ())
+        if calls and role != "assistant":
+            raise bad_request(f"messages[{i}]: only assistant messages carry tool_calls",
+                              param=f"messages.{i}.tool_calls")
+        out.append(ChatMessage(role=role, content=_content_text(msg.content, i),
+                               tool_calls=calls, tool_call_id=msg.tool_call_id))
+    return tuple(out)
 
 
 def _content_text(content: str | list[ContentPart] | None, i: int) -> str:

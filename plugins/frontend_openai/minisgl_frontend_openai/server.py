@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import math
 import socket
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import uvicorn
@@ -29,6 +29,20 @@ OPTIONS: dict[str, Any] = {
     "log_level": "warning",
     "http": "auto",  # uvicorn's HTTP implementation: auto, h11, httptools
 }
+
+
+def _tokenizer_loader(model: str | None, client: EngineClient) -> Callable[[], Any]:
+    """Load the served model's TokenizerRole (for /tokenize); called once, on first use."""
+
+    def load() -> Any:
+        from minisgl_core.model_lookup import resolve_model
+        from minisgl_core.plugins import build_manager
+        from minisgl_core.text.tokenize import TokenizerRole
+
+        # resolved as the launcher did, through the plugins' resolvers (a cached directory)
+        return TokenizerRole(resolve_model(build_manager(), model), max(client.max_context, 2))
+
+    return load
 
 
 class _Server(uvicorn.Server):
@@ -53,7 +67,9 @@ class OpenAIFrontend:
         self.app = build_app(client, api_key=self.api_key,
                              max_body_bytes=int(self.options["max_body_bytes"]),
                              model_aliases=self.options["model_aliases"],
-                             metrics_require_key=bool(self.options["metrics_require_key"]))
+                             metrics_require_key=bool(self.options["metrics_require_key"]),
+                             served_model_names=tuple(getattr(config, "served_model_name", ())),
+                             tokenizer=_tokenizer_loader(getattr(config, "model", None), client))
         add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
         self._server: _Server | None = None

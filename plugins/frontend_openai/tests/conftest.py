@@ -164,8 +164,8 @@ class RunningServer:
     """An OpenAIFrontend served by uvicorn on its own event loop in a background thread."""
 
     def __init__(self, client: ScriptedEngineClient, *, api_key: str | None = None,
-                 options: dict[str, Any] | None = None) -> None:
-        config = SimpleNamespace(host="127.0.0.1", port=0, api_key=api_key)
+                 options: dict[str, Any] | None = None, **config_fields: Any) -> None:
+        config = SimpleNamespace(host="127.0.0.1", port=0, api_key=api_key, **config_fields)
         self.frontend = OpenAIFrontend(client, config, options or {})
         self.port = self.frontend.bind()
         self.base = f"http://127.0.0.1:{self.port}"

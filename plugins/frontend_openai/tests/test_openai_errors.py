@@ -56,13 +56,48 @@ BAD_CHAT = [
     ({"logit_bias": {"-5": 1}}, "logit_bias"), ({"logit_bias": {"5": 101}}, "logit_bias"),
     ({"logit_bias": {str(i): 1 for i in range(1025)}}, "logit_bias"),
     ({"logit_bias": {"5": "up"}}, "logit_bias.5"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"response_format": "json"}, "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+     "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}},
+     "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": "{"}}},
+     "response_format.json_schema.schema"),
+    ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs"),
+    ({"structured_outputs": {}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": "(("}}, "structured_outputs"),
+    ({"structured_outputs": {"choice": []}}, "structured_outputs.choice"),
+    ({"structured_outputs": {"grammar": "root ::= nothing"}}, "structured_outputs"),
+    ({"structured_outputs": {"json": {"$ref": "#/nowhere"}}}, "structured_outputs"),
+    ({"guided_regex": "[a-"}, "guided_regex"),
+    ({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}},
+     "structured_outputs"),
+    ({"tools": [{"type": "function", "function": {"name": "f g"}}]}, "tools.0.function.name"),
+    ({"tools": [{"type": "retrieval"}]}, "tools.0.type"),
+    ({"tools": {"f": 1}}, "tools"),
+    ({"tools": [{"function": {"name": "f"}}, {"function": {"name": "f"}}]},
+     "tools.1.function.name"),
+    ({"tools": [{"function": {"name": "f", "parameters": 3}}]}, "tools.0.function.parameters"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"function": {"name": "f"}}], "tool_choice": "always"}, "tool_choice"),
+    ({"tools": [{"function": {"name": "f"}}], "tool_choice": {"type": "function",
+                                                              "function": {"name": "g"}}},
+     "tool_choice"),
+    ({"tools": [{"function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": "nope"}}}}}], "tool_choice": "required"}, "tools"),
+    ({"tools": [{"function": {"name": "f"}}], "tool_choice": "required",
+      "response_format": {"type": "json_object"}}, "tool_choice"),
+    ({"tools": [{"function": {"name": "f"}}], "parallel_tool_calls": "yes"},
+     "parallel_tool_calls"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": [
+        {"id": "1", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages.0.tool_calls"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, "stream_options"),
     ({"best_of": 2}, "best_of"), ({"min_tokens": -1}, "min_tokens"),
     ({"min_tokens": 9, "max_tokens": 8}, "min_tokens"),
-    ({"messages": []}, "messages"), ({"messages": [{"role": "tool", "content": "x"}]},
+    ({"messages": []}, "messages"), ({"messages": [{"role": "robot", "content": "x"}]},
                                      "messages.0.role"),
     ({"messages": [{"content": "x"}]}, "messages.0.role"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
@@ -120,8 +155,9 @@ def test_openai_client_sees_bad_request(server: Any) -> None:
     client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="scripted-model", messages=chat("x"),
-                                       response_format={"type": "json_object"})
-    assert "not supported" in err.value.message
+                                       response_format={"type": "json_schema", "json_schema": {
+                                           "name": "x", "schema": {"type": "foo"}}})
+    assert 'invalid JSON schema: Unsupported type "foo"' in err.value.message
 
 
 def test_unknown_model_route_and_method(server: Any, http: httpx.Client) -> None:

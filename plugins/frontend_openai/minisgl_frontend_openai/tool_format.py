@@ -1,0 +1,94 @@
+"""Chat answers with tool calls: ``message.tool_calls`` whole, or streamed as OpenAI streams them.
+
+Streamed, a call first arrives with its index, id, type and name (arguments ``""``), then as
+argument fragments under the same index; ``finish_reason`` is ``tool_calls`` when the answer made
+calls. Token ids and logprobs of text held back (a possible ``<tool_call>`` tag) ride on the next
+chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minisgl_core.messages import TextDelta, TextLogprob
+from minisgl_frontend_openai.generation import ChoiceState
+from minisgl_frontend_openai.responses import ChatFormat
+from minisgl_frontend_openai.tool_parser import Arguments, CallStart, Content, ToolCallParser
+from minisgl_frontend_openai.tools import ToolRequest
+
+
+class ToolChatFormat(ChatFormat):
+    """ChatFormat whose choices are parsed for tool calls (tool_choice auto, required, named)."""
+
+    def __init__(self, tools: ToolRequest, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tools = tools
+        self._parsers: dict[int, ToolCallParser] = {}
+        self._pending: dict[int, tuple[list[int], list[TextLogprob]]] = {}
+
+    def _parser(self, index: int) -> ToolCallParser:
+        if index not in self._parsers:
+            self._parsers[index] = ToolCallParser(self.tools.mode, self.tools.functions,
+                                                  self.tools.named)
+        return self._parsers[index]
+
+    def _reason(self, parser: ToolCallParser, reason: str) -> str:
+        return "tool_calls" if parser.calls and reason == "stop" else reason
+
+    def delta_chunks(self, index: int, delta: TextDelta) -> list[dict[str, Any]]:
+        parser = self._parser(index)
+        events = parser.feed(delta.text) if delta.text else []
+        if delta.finish_reason is not None:
+            events += parser.finish()
+        ids, logprobs = self._pending.setdefault(index, ([], []))
+        ids.extend(delta.token_ids)
+        logprobs.extend(delta.logprobs)
+        out = []
+        for event in events:
+            if isinstance(event, Content):
+                out.append(self.text_chunk(index, event.text, tuple(ids), tuple(logprobs)))
+            else:
+                choice = {"index": index, "delta": {"tool_calls": [_call_delta(event)]},
+                          "logprobs": None, "finish_reason": None}
+                out.append(self._envelope(self.chunk_object_name,
+                                          [self._with_ids(choice, ids, logprobs)]))
+            ids.clear()
+            logprobs.clear()
+        if delta.finish_reason is not None:
+            out.append(self.final_chunk(index, self._reason(parser, delta.finish_reason),
+                                        tuple(ids), tuple(logprobs)))
+            self._pending.pop(index, None)
+        return out
+
+    def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
+        parser = ToolCallParser(self.tools.mode, self.tools.functions, self.tools.named)
+        events = parser.feed("".join(choice.text)) + parser.finish()
+        content = "".join(e.text for e in events if isinstance(e, Content))
+        calls: list[dict[str, Any]] = []
+        for e in events:
+            if isinstance(e, CallStart):
+                calls.append({"id": e.id, "type": "function",
+                              "function": {"name": e.name, "arguments": ""}})
+            elif isinstance(e, Arguments):
+                calls[e.index]["function"]["arguments"] += e.fragment
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            message["tool_calls"] = calls
+        else:
+            message["content"] = content
+        return {"index": index, "message": message, "logprobs": None,
+                "finish_reason": self._reason(parser, choice.finish_reason or "stop")}
+
+
+def _call_delta(event: CallStart | Arguments) -> dict[str, Any]:
+    if isinstance(event, CallStart):
+        return {"index": event.index, "id": event.id, "type": "function",
+                "function": {"name": event.name, "arguments": ""}}
+    return {"index": event.index, "function": {"arguments": event.fragment}}
+
+
+def chat_format(tools: ToolRequest | None, **kwargs: Any) -> ChatFormat:
+    """The response format of a chat request: parsed for tool calls unless tools are off."""
+    if tools is None or tools.mode == "none":
+        return ChatFormat(**kwargs)
+    return ToolChatFormat(tools, **kwargs)
