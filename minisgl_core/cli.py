@@ -78,6 +78,8 @@ def launch(
     cache: Annotated[
         str | None, typer.Option(help="KV prefix cache: radix (reuse shared prefixes) or naive.")
     ] = None,
+    quantization: Annotated[str | None, typer.Option(
+        help="int8: int8 weights and per-token int8 inputs (LM head kept fp32).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -87,7 +89,7 @@ def launch(
         "num_pages": num_pages, "page_size": page_size,
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
-        "cache": cache,
+        "cache": cache, "quantization": quantization,
     }
     cfg = _load(config, flags, set_)
     try:
