@@ -174,12 +174,26 @@ def bench_offline(
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
     tp: Annotated[int, typer.Option(
         min=1, help="Split the engine over N tensor-parallel ranks on this host.")] = 1,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="Engine weights: fp32 or int8 (repeat to run both, interleaved).")] = None,
+    profile: Annotated[bool, typer.Option(
+        help="Break one decode step into matmul / attention / other ops / Python.")] = False,
+    ceilings: Annotated[bool, typer.Option(
+        help="Measure the host's ceilings and report each figure as a share of them.")] = True,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Offline engine throughput (no server) for a few batch sizes, against transformers."""
+    chosen: list[str | None] = []
+    for q in quantization or ["fp32"]:
+        if q not in ("fp32", "none", "int8"):
+            raise fail(f'--quantization must be fp32 or int8, got "{q}"')
+        chosen.append(None if q in ("fp32", "none") else q)
     run = lazy_entry("minisgl_core.engine.bench:main", "the offline benchmark")
     run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_,
-        tp=tp)
+        tp=tp, quantization=chosen, profile=profile, ceilings=ceilings, repeat=repeat,
+        threads=threads)
 
 
 def _version_text(state: Plugins) -> str:
