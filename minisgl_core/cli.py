@@ -196,6 +196,26 @@ def bench_offline(
         threads=threads)
 
 
+def bench_quality(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="int8: measure it against fp32 (fp32 alone without).")] = None,
+    tokens: Annotated[int, typer.Option(min=2, help="Tokens of text for the perplexity.")] = 4096,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Perplexity on pydoc_data.topics and greedy agreement with fp32; exit 1 if int8 misses
+    its targets (perplexity within 3% of fp32's, "Paris" answered)."""
+    chosen: list[str | None] = []
+    for q in quantization or []:
+        if q not in ("fp32", "none", "int8"):
+            raise fail(f'--quantization must be fp32 or int8, got "{q}"')
+        chosen.append(None if q in ("fp32", "none") else q)
+    run = lazy_entry("minisgl_core.bench.quality:main", "the quality benchmark")
+    raise typer.Exit(run(model=model, quantization=chosen, tokens=tokens, json_lines=json_,
+                         threads=threads))
+
+
 def _version_text(state: Plugins) -> str:
     lines = [f"minisgl {__version__}"]
     for r in state.rows():
@@ -273,6 +293,7 @@ def make_app(
     bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
     bench_app.command("transport")(bench_transport)
     bench_app.command("offline")(bench_offline)
+    bench_app.command("quality")(bench_quality)
     bench_app.command("serve")(serve_command)
     bench_app.command("compare")(compare_command)
     app.add_typer(bench_app, name="bench")

@@ -207,8 +207,8 @@ class DecoderForCausalLM:
             x = reduce(layer.o(o, residual=x if keep else None))  # [T, H]
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
             gu = layer.gate_up(h)  # [T, 2 I] (I: this rank's columns)
-            x = reduce(layer.down(F.silu(gu[:, :inter]) * gu[:, inter:],
-                                  residual=x if keep else None))
+            act = F.silu(gu[:, :inter]).mul_(gu[:, inter:])  # [T, I]: one new tensor, not two
+            x = reduce(layer.down(act, residual=x if keep else None))
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
