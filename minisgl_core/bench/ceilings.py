@@ -109,3 +109,23 @@ def measure(seconds: float = 1.5) -> Ceilings:
             int8 = max(int8, _best_rate(2 * n ** 3, lambda k=k, p=packed: k.run(p, a, None, None),
                                         seconds / len(kernels)) / 1e9)
     return Ceilings(torch.get_num_threads(), read, fp32, int8)
+
+
+def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
+    """The decode cost of a model from its config.json alone (no weights loaded): every layer's
+    q/k/v, o, gate/up and down matmuls plus the LM head; under int8 the layers hold one byte per
+    weight and a 4-byte scale per output channel, and the head stays fp32 (quant.FP32_ROLES)."""
+    from pathlib import Path
+
+    from minisgl_core.engine.config import ModelConfig
+
+    c = ModelConfig.from_dir(Path(model_dir))
+    q, kv, inter, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, \
+        c.intermediate_size, c.hidden_size
+    outs = [q + 2 * kv, h, 2 * inter, h]  # output channels of qkv, o, gate_up, down
+    layer = (q + 2 * kv) * h + h * q + 2 * inter * h + h * inter
+    layers, head = c.num_layers * layer, c.vocab_size * h
+    if quantization == "int8":
+        scales = 4 * c.num_layers * sum(outs)
+        return ModelCost(layers + scales + 4 * head, head, layers)
+    return ModelCost(4 * (layers + head), layers + head, 0)

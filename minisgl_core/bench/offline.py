@@ -16,11 +16,13 @@ class OfflineEngine:
     """The offline Engine, in this process, on the same chats as the service (greedy, EOS
     ignored, same chat template); it takes every core, as the service's scheduler does."""
 
-    def __init__(self, model_dir: str, prompt_len: int | None) -> None:
+    def __init__(self, model_dir: str, prompt_len: int | None,
+                 quantization: str | None = None) -> None:
         from minisgl_core.engine.config import EngineConfig
         from minisgl_core.engine.engine import Engine
 
-        self.engine = Engine(EngineConfig(model=model_dir, num_threads=os.cpu_count() or 1))
+        self.engine = Engine(EngineConfig(model=model_dir, num_threads=os.cpu_count() or 1,
+                                          quantization=quantization))
         self.prompt_len = prompt_len
 
     def _prompt(self, i: int) -> list[int]:
