@@ -79,7 +79,7 @@ def launch(
         str | None, typer.Option(help="KV prefix cache: radix (reuse shared prefixes) or naive.")
     ] = None,
     quantization: Annotated[str | None, typer.Option(
-        help="int8: int8 weights and per-token int8 inputs (LM head kept fp32).")] = None,
+        help="int8: int8 weights and per-token int8 inputs (LM head, q/k/v kept fp32).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""

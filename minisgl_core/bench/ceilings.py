@@ -114,18 +114,22 @@ def measure(seconds: float = 1.5) -> Ceilings:
 def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
     """The decode cost of a model from its config.json alone (no weights loaded): every layer's
     q/k/v, o, gate/up and down matmuls plus the LM head; under int8 the layers hold one byte per
-    weight and a 4-byte scale per output channel, and the head stays fp32 (quant.FP32_ROLES)."""
+    weight and a 4-byte scale per output channel, except quant.FP32_ROLES."""
     from pathlib import Path
 
     from minisgl_core.engine.config import ModelConfig
+    from minisgl_core.engine.quant import FP32_ROLES
 
     c = ModelConfig.from_dir(Path(model_dir))
     q, kv, inter, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, \
         c.intermediate_size, c.hidden_size
-    outs = [q + 2 * kv, h, 2 * inter, h]  # output channels of qkv, o, gate_up, down
-    layer = (q + 2 * kv) * h + h * q + 2 * inter * h + h * inter
-    layers, head = c.num_layers * layer, c.vocab_size * h
-    if quantization == "int8":
-        scales = 4 * c.num_layers * sum(outs)
-        return ModelCost(layers + scales + 4 * head, head, layers)
-    return ModelCost(4 * (layers + head), layers + head, 0)
+    n = c.num_layers
+    shapes = {"qkv": (n * (q + 2 * kv), h), "o": (n * h, q), "gate_up": (n * 2 * inter, h),
+              "down": (n * h, inter), "lm_head": (c.vocab_size, h)}  # (outputs, inputs)
+    size = fp32 = int8 = 0
+    for role, (out, inp) in shapes.items():
+        if quantization == "int8" and role not in FP32_ROLES:
+            size, int8 = size + out * inp + 4 * out, int8 + out * inp
+        else:
+            size, fp32 = size + 4 * out * inp, fp32 + out * inp
+    return ModelCost(size, fp32, int8)

@@ -13,7 +13,7 @@ the same Kernel interface as the fp32 ones (linear.py), timed against each other
   symmetrically per token to [-127, 127] in torch.
 
 torch's weight-only ``_weight_int8pack_mm`` is not offered: on AVX2 hosts it measured 4-50x
-slower than fp32. The embeddings and the LM head stay fp32 (see FP32_ROLES).
+slower than fp32. The embeddings, the LM head and q/k/v stay fp32 (see FP32_ROLES).
 """
 
 from __future__ import annotations
@@ -30,10 +30,29 @@ from minisgl_core.engine.linear import Kernel
 
 log = logging.getLogger(__name__)
 QUANTIZATIONS = ("int8",)
-# Layers left in fp32 under --quantization int8: the embedding lookup (not a matmul) and the LM
-# head, whose int8 logits cost 2.6% perplexity on the default model (docs/benchmarks.md).
-FP32_ROLES = frozenset({"lm_head"})
-REDUCE_RANGE = True  # 7-bit inputs for the fbgemm kernel: exact on AVX2 as on VNNI hosts
+# Layers left in fp32 under --quantization int8, besides the embedding lookup (not a matmul):
+# the LM head and q/k/v. On the default model (perplexity over 1,024 tokens, docs/benchmarks.md)
+# every matmul in int8 cost +5.6%, all but the head +4.1%, all but head and q/k/v +1.3%: the
+# residual stream has a few huge channels that per-token int8 inputs of q/k/v resolve poorly.
+FP32_ROLES = frozenset({"lm_head", "qkv"})
+
+
+def _has_vnni() -> bool:
+    """Whether the CPU has VNNI (int8 dot products summed in 32 bits, never saturating)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    except OSError:
+        pass
+    return False
+
+
+# The fbgemm kernel's inputs: 8 bits on VNNI hosts; 7 bits elsewhere, because AVX2's pairwise
+# u8 x s8 products are summed in 16 bits and two large ones could saturate (torch's default).
+REDUCE_RANGE = not _has_vnni()
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,7 +146,10 @@ class Int8Dynamic(_Int8):
         xs = x / s
         x_scale, x_zero = torch._choose_qparams_per_tensor(xs, REDUCE_RANGE)
         # reduce_range narrows the chosen scale, but fbgemm still clamps to uint8's [0, 255]
-        xq = torch.clamp(torch.round(xs / x_scale) + x_zero, 0, 255)
+        # as fbgemm rounds: fma(x, fp32 inverse scale, zero point), then to nearest
+        inverse = torch.full_like(xs, 1.0 / torch.tensor(x_scale, dtype=torch.float32).item())
+        xq = torch.clamp(torch.round(torch.addcmul(torch.full_like(xs, float(x_zero)), xs,
+                                                   inverse)), 0, 255)
         xd = (xq - x_zero) * x_scale
         return (xd @ (q.float() * scale[:, None]).t()) * s
 
@@ -168,3 +190,4 @@ def check_quantization(quantization: str | None) -> None:
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)} (or unset), "
                          f"got {quantization!r}")
+
