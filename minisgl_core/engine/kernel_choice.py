@@ -28,7 +28,7 @@ from minisgl_core.engine.quant import FP32_ROLES, int8_kernels
 
 log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
-REPEATS = 3  # timed runs per kernel and bucket, after one warm-up; the fastest counts
+REPEATS = 5  # timed runs per kernel and bucket, after one warm-up; the fastest counts
 BIG = 3e8  # multiply-adds (rows x out x in) above which one timed run is enough
 # Wider layers (an LM head: 49,152 x 576) are timed on their first MAX_OUT output rows: the time
 # grows linearly with the output width there, and the ranking of kernels does not change.
