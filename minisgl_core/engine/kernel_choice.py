@@ -28,11 +28,18 @@ from minisgl_core.engine.quant import FP32_ROLES, int8_kernels
 
 log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
-REPEATS = 5  # timed runs per kernel and bucket, after one warm-up; the fastest counts
+REPEATS = 4  # timed runs per kernel and bucket, after one warm-up; the fastest counts
 BIG = 3e8  # multiply-adds (rows x out x in) above which one timed run is enough
 # Wider layers (an LM head: 49,152 x 576) are timed on their first MAX_OUT output rows: the time
 # grows linearly with the output width there, and the ranking of kernels does not change.
 MAX_OUT = 8192
+# Up to COLD_ROWS rows a matmul is bound by reading its weight, which a decode step streams from
+# memory (the model is far larger than any cache). Timed with a weight left in cache by the
+# previous run, a kernel that computes fast but streams slowly would win: so those runs read
+# COLD_BYTES of something else first (more than a server's L3).
+COLD_ROWS = 16
+METHOD = 2  # in the cache key: a change in how kernels are timed invalidates old choices
+COLD_BYTES = 64 << 20
 
 Shapes = Mapping[str, tuple[int, int]]  # role -> (out, in)
 Timer = Callable[[Kernel, object, torch.Tensor], float]
@@ -96,7 +103,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
         return _forced(forced, pools, quantization)
     if all(len(pool) == 1 for pool in pools.values()):
         return Choice({r: (p[0],) * len(BUCKETS) for r, p in pools.items()}, "only candidate")
-    key = {"cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    key = {"method": METHOD, "cpu": cpu_model(), "torch": torch.__version__,
+           "threads": torch.get_num_threads(),
            "device": str(device), "dtype": str(dtype), "buckets": list(BUCKETS),
            "shapes": {r: list(s) for r, s in sorted(shapes.items())},
            "candidates": {r: [k.name for k in p] for r, p in sorted(pools.items())}}
@@ -152,6 +160,7 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
     """Seconds per (role, kernel, bucket); inf where the budget ran out first."""
     inf = float("inf")
     times = {r: {k.name: [inf] * len(BUCKETS) for k in pools[r]} for r in shapes}
+    evict = torch.ones(COLD_BYTES // 4)
     with torch.inference_mode():
         for role, (out, inp) in sorted(shapes.items(), key=lambda s: s[1][0] * s[1][1]):
             pool = pools[role]
@@ -172,6 +181,8 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
                     k.run(packed[k.layout], x, None, None)
                 for _ in range(REPEATS if rows * out * inp <= BIG else 1):
                     for k in timed:  # interleaved: a burst of other load hits all alike
+                        if rows <= COLD_ROWS:
+                            evict.sum()  # reads 64 MiB: the weight is no longer in cache
                         t = timer(k, packed[k.layout], x)
                         times[role][k.name][b] = min(times[role][k.name][b], t)
                 for k in pool:
