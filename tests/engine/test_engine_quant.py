@@ -90,3 +90,18 @@ def test_int8_without_an_int8_kernel_fails_at_start_with_a_clear_error() -> None
 def test_unknown_quantization_is_refused() -> None:
     with pytest.raises(ValueError, match="quantization"):
         EngineConfig(model="x", quantization="int4")
+
+
+def test_int8_with_two_tensor_parallel_ranks(tiny_models) -> None:
+    from minisgl_core import LLM
+
+    opts = {"page_size": 4, "num_pages": 64, "num_threads": 1, "quantization": "int8"}
+    greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    with LLM(str(tiny_models["llama"]), tp=2, **opts) as two:
+        assert two.engine.model.describe()["quantization"] == "int8"
+        assert two.engine.model.layers[0].down.kernels[0].quantized  # rank 0's shard
+        assert two._group is not None
+        followers = two._group.followers
+        outs = two.generate(["Hello world", "你好"], greedy)
+    assert [len(o.token_ids) for o in outs] == [8, 8]
+    assert [p.returncode for p in followers] == [0]  # each rank quantized its shard and ran
