@@ -91,6 +91,8 @@ def launch(
     scheduler: Annotated[str | None, typer.Option(
         help="Scheduler role: continuous (the model) or synthetic (no model); options in "
              "[roles.scheduler.NAME].")] = None,
+    quantization: Annotated[str | None, typer.Option(
+        help="int8: int8 weights and per-token int8 inputs (LM head, q/k/v kept fp32).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -102,7 +104,7 @@ def launch(
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
-        "scheduler": scheduler,
+        "scheduler": scheduler, "quantization": quantization,
     }
     cfg = _load(config, flags, set_)
     try:
@@ -189,12 +191,46 @@ def bench_offline(
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
     tp: Annotated[int, typer.Option(
         min=1, help="Split the engine over N tensor-parallel ranks on this host.")] = 1,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="Engine weights: fp32 or int8 (repeat to run both, interleaved).")] = None,
+    profile: Annotated[bool, typer.Option(
+        help="Break one decode step into matmul / attention / other ops / Python.")] = False,
+    ceilings: Annotated[bool, typer.Option(
+        help="Measure the host's ceilings and report each figure as a share of them.")] = True,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Offline engine throughput (no server) for a few batch sizes, against transformers."""
+    chosen: list[str | None] = []
+    for q in quantization or ["fp32"]:
+        if q not in ("fp32", "none", "int8"):
+            raise fail(f'--quantization must be fp32 or int8, got "{q}"')
+        chosen.append(None if q in ("fp32", "none") else q)
     run = lazy_entry("minisgl_core.engine.bench:main", "the offline benchmark")
     run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_,
-        tp=tp)
+        tp=tp, quantization=chosen, profile=profile, ceilings=ceilings, repeat=repeat,
+        threads=threads)
+
+
+def bench_quality(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="int8: measure it against fp32 (fp32 alone without).")] = None,
+    tokens: Annotated[int, typer.Option(min=2, help="Tokens of text for the perplexity.")] = 4096,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Perplexity on pydoc_data.topics and greedy agreement with fp32; exit 1 if int8 misses
+    its targets (perplexity within 3% of fp32's, "Paris" answered)."""
+    chosen: list[str | None] = []
+    for q in quantization or []:
+        if q not in ("fp32", "none", "int8"):
+            raise fail(f'--quantization must be fp32 or int8, got "{q}"')
+        chosen.append(None if q in ("fp32", "none") else q)
+    run = lazy_entry("minisgl_core.bench.quality:main", "the quality benchmark")
+    raise typer.Exit(run(model=model, quantization=chosen, tokens=tokens, json_lines=json_,
+                         threads=threads))
 
 
 def _version_text(state: Plugins) -> str:
@@ -274,6 +310,7 @@ def make_app(
     bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
     bench_app.command("transport")(bench_transport)
     bench_app.command("offline")(bench_offline)
+    bench_app.command("quality")(bench_quality)
     bench_app.command("serve")(serve_command)
     bench_app.command("compare")(compare_command)
     app.add_typer(bench_app, name="bench")

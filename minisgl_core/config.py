@@ -21,6 +21,7 @@ from minisgl_core.registry import suggest
 
 DTYPES = ("float32", "float16", "bfloat16")
 CACHES = ("radix", "naive")
+QUANTIZATIONS = ("int8",)
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # file/-s key of each free-form table -> the LaunchConfig field holding it
 TABLES = {"transports": "transports", "frontends": "frontends_options", "plugins": "plugins"}
@@ -63,6 +64,7 @@ class LaunchConfig:
     dist_addr: str = "127.0.0.1"  # where rank 0 hosts the tensor-parallel group
     dist_port: int = 0  # its port; 0 = a free one (only when every rank is local)
     cache: str = "radix"
+    quantization: str | None = None  # "int8": int8 weights and inputs (docs/benchmarks.md)
     log_level: str = "info"
     ready_timeout_s: float = 300.0
     transports: Tables = field(default_factory=dict)
@@ -99,7 +101,10 @@ class LaunchConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 return f"{name} must be at least 1, got {value}"
-        for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS)):
+        for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS),
+                              ("quantization", QUANTIZATIONS)):
+            if name == "quantization" and self.quantization is None:
+                continue
             if getattr(self, name) not in allowed:
                 return (f'{name} must be one of {", ".join(allowed)}, got "{getattr(self, name)}";'
                         f"{suggest(getattr(self, name), list(allowed))}")

@@ -54,3 +54,8 @@ def test_compare_writes_results(tmp_path: Path) -> None:
     assert cpu["minisgl::scheduler"] > 0 and cpu["client"] > 0 and "launcher" in cpu
     assert sum(row.split("|")[1].strip() == "offline engine" for row in rows) == 2
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the host's ceilings were measured in the same run, and every row is a share of them
+    host = results["ceilings"]
+    assert host["read_gb_s"] > 0 and host["fp32_gflop_s"] > 0 and host["quantization"] == "fp32"
+    assert set(host["roofline_tok_s"]) == {"1", "2"}
+    assert "Host ceilings, measured in this run" in md

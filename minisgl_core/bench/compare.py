@@ -145,6 +145,32 @@ def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return ranked[(len(ranked) - 1) // 2]
 
 
+def _quantization(launch_args: Sequence[str]) -> str | None:
+    """The ``-s quantization=...`` passed to every launch, if any."""
+    for arg in launch_args:
+        key, _, value = arg.partition("=")
+        if key.strip() == "quantization":
+            return value.strip() or None
+    return None
+
+
+def _ceilings(model_dir: str, quantization: str | None, levels: Sequence[int]
+              ) -> dict[str, Any]:
+    """The host's ceilings, measured now with every core, and the model's roofline per level."""
+    import torch
+
+    from minisgl_core.bench import ceilings
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    host = ceilings.measure()
+    print(f"bench compare: {host.line()}", file=sys.stderr, flush=True)
+    cost = ceilings.config_cost(model_dir, quantization)
+    roof = {c: cost.roofline(host, c) for c in levels}
+    return {**host.as_dict(), "quantization": quantization or "fp32",
+            "roofline_tok_s": {str(c): r[0] for c, r in roof.items()},
+            "bound": {str(c): r[1] for c, r in roof.items()}}
+
+
 def main(transports: list[str] | None, concurrency: list[int], requests: int | None,
          max_tokens: int, model: str | None, out_dir: Path, prompt_len: int | None = None,
          duration_limit_s: float = 300.0, offline: bool = True, launch_args: Sequence[str] = (),
@@ -196,7 +222,9 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         for name in names:
             running.append(ServiceUnderTest.start(model_dir, name, out_dir / "logs",
                                                   launch_args))
-        ceiling = OfflineEngine(model_dir, prompt_len) if offline else None
+        quantization = _quantization(launch_args)
+        ceiling = OfflineEngine(model_dir, prompt_len, quantization) if offline else None
+        results["ceilings"] = _ceilings(model_dir, quantization, concurrency)
         for c in concurrency:
             offline_runs = []
             for _ in range(repeat):

@@ -7,23 +7,32 @@ from typing import Any
 
 from minisgl_core.bench.results import markdown_table
 
-HEADERS = ("engine", "concurrency", "out tok/s", "% of offline", "req/s", "TTFT p50 ms",
+HEADERS = ("engine", "concurrency", "out tok/s", "% of offline", "% of host ceiling", "req/s",
+           "TTFT p50 ms",
            "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", "E2E p99 ms", "failures")
 
 
 def markdown(results: dict[str, Any]) -> str:
     """results.md: how it was run, the table, and each transport's start time and idle CPU."""
     ceiling = {lv["concurrency"]: lv["output_tok_s"] for lv in results["offline"]}
+    host = results.get("ceilings") or {}
+    roof = host.get("roofline_tok_s", {})
+
+    def of_host(lv: dict[str, Any]) -> float | None:
+        top = roof.get(str(lv["concurrency"]))
+        return 100 * lv["output_tok_s"] / top if top else None
     rows: list[list[object]] = []
     for svc in results["service"]:
         for lv in svc["levels"]:
             c = ceiling.get(lv["concurrency"])
             pct = 100 * lv["output_tok_s"] / c if c else None
             rows.append([svc["transport"], lv["concurrency"], lv["output_tok_s"], pct,
-                         lv["req_s"], lv["ttft_p50_ms"], lv["ttft_p99_ms"], lv["tpot_p50_ms"],
-                         lv["tpot_p99_ms"], lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
+                         of_host(lv), lv["req_s"], lv["ttft_p50_ms"], lv["ttft_p99_ms"],
+                         lv["tpot_p50_ms"], lv["tpot_p99_ms"], lv["e2e_p50_ms"],
+                         lv["e2e_p99_ms"], lv["failures"]])
     for lv in results["offline"]:
-        rows.append(["offline engine", lv["concurrency"], lv["output_tok_s"], 100.0, lv["req_s"],
+        rows.append(["offline engine", lv["concurrency"], lv["output_tok_s"], 100.0, of_host(lv),
+                     lv["req_s"],
                      lv["ttft_p50_ms"], lv["ttft_p99_ms"], lv["tpot_p50_ms"], lv["tpot_p99_ms"],
                      lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
     idle = markdown_table(
@@ -45,10 +54,21 @@ def markdown(results: dict[str, Any]) -> str:
         f"({m['processor'] or m['machine']}), {results['date']}. Each level ran "
         f"{results.get('repeat', 1)} time(s) per engine, interleaved; the median run is shown.",
         "",
-        markdown_table(HEADERS, rows), "", idle, "",
+        markdown_table(HEADERS, rows), "", _ceiling_line(host), "", idle, "",
         "CPU microseconds per output token, by process, over all levels (warm-ups included):",
         "", cpu, "",
     ])
+
+
+def _ceiling_line(host: dict[str, Any]) -> str:
+    if not host:
+        return "Host ceilings: not measured."
+    roof = ", ".join(f"{c}: {v:.0f} tok/s ({host['bound'][c]})"
+                     for c, v in host["roofline_tok_s"].items())
+    return (f"Host ceilings, measured in this run with {host['threads']} threads: memory read "
+            f"{host['read_gb_s']:.1f} GB/s, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, int8 "
+            f"GEMM {host['int8_gop_s']:.0f} GOP/s; the model's roofline ({host['quantization']}) "
+            f"by level: {roof}.")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

@@ -16,14 +16,15 @@ class OfflineEngine:
     """The offline Engine, in this process, on the same chats as the service (greedy, EOS
     ignored, same chat template); it takes every core, as the service's scheduler does."""
 
-    def __init__(self, model_dir: str, prompt_len: int | None) -> None:
+    def __init__(self, model_dir: str, prompt_len: int | None,
+                 quantization: str | None = None) -> None:
         from minisgl_core.engine.config import EngineConfig
         from minisgl_core.engine.engine import Engine
         from minisgl_core.model_lookup import resolve
 
         resolved = resolve(model_dir)
-        self.engine = Engine(EngineConfig(model=resolved.path, num_threads=os.cpu_count() or 1),
-                             resolved.model_class)
+        self.engine = Engine(EngineConfig(model=resolved.path, num_threads=os.cpu_count() or 1,
+                                          quantization=quantization), resolved.model_class)
         self.prompt_len = prompt_len
 
     def _prompt(self, i: int) -> list[int]:

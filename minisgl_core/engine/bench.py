@@ -4,8 +4,10 @@ For each batch size, the same prompts go through the engine (all requests added 
 through ``model.generate`` (one left-padded batch); both greedy, fp32, EOS ignored, ``max_tokens``
 new tokens per prompt, same torch thread count. Each system runs every batch size ``repeat``
 times, alternating, and keeps its best time (on a shared machine the best run is the one least
-disturbed by other work). Reports output tokens/s of both and their ratio, and the engine's peak
-resident memory (measured before transformers' model is loaded).
+disturbed by other work). Reports output tokens/s of both and their ratio, the engine's peak
+resident memory (measured before transformers' model is loaded), and each engine figure as a
+percentage of this host's roofline for the model, measured in the same run (bench/ceilings.py).
+With several ``quantization`` values (None = fp32, "int8") one engine per value runs, interleaved.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Result:
     engine_s: float
     hf_s: float
     engine_peak_rss_mib: float
+    system: str = "fp32"  # the engine's weights: fp32 or int8
+    ceiling_tok_s: float = 0.0  # the host's roofline for this model and batch (0: not measured)
+    ceiling_pct: float = 0.0  # engine_tok_s as a percentage of it
+    bound: str = ""  # "bandwidth" or "compute": which side of the roofline holds
 
 
 def _prompts(batch: int) -> list[str]:
@@ -92,12 +98,15 @@ def run_hf(model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int
 
 def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines: bool,
          profile: bool = False, threads: int | None = None, repeat: int = 3,
-         tp: int = 1) -> None:
-    """Run the comparison and print a table (or one JSON object per batch size).
+         tp: int = 1, quantization: Sequence[str | None] = (None,),
+         ceilings: bool = True) -> None:
+    """Run the comparison and print a table (or one JSON object per batch size and engine).
 
     With ``tp`` > 1 the engine is split over ``tp`` ranks on this host that share ``threads``
     between them (transformers keeps all of them); the peak memory is rank 0's.
     """
+    import contextlib
+
     import torch
 
     from minisgl_core.engine.config import EngineConfig, threads_per_rank
@@ -111,50 +120,65 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     path = Path(resolved.path)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     split = f", tensor-parallel over {tp} ranks" if tp > 1 else ""
-    say(f"model {path.name}, fp32, {threads} threads{split}, {max_tokens} new tokens per "
-        f"prompt, best of {repeat}")
-    # no prefix cache: repeated runs of the same prompts must cost what the first one did, as
-    # they do for transformers
+    systems = ", ".join(q or "fp32" for q in quantization)
+    say(f"model {path.name}, engine {systems} vs transformers fp32, {threads} threads{split}, "
+        f"{max_tokens} new tokens per prompt, best of {repeat}")
     per_rank = threads_per_rank(threads, tp)
-    config = EngineConfig(model=str(path), num_threads=per_rank, cache="naive",
-                          max_running_requests=max(128, *batch_sizes))
-    if tp == 1:
-        _compare(Engine(config, resolved.model_class), path, batch_sizes, max_tokens,
-                 json_lines, profile, repeat)
-        return
-    from minisgl_core.engine.tp_local import LocalGroup
+    engines: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        for q in quantization:
+            # no prefix cache: repeated runs of the same prompts must cost what the first one
+            # did, as they do for transformers
+            config = EngineConfig(model=str(path), num_threads=per_rank, cache="naive",
+                                  max_running_requests=max(128, *batch_sizes), quantization=q)
+            if tp == 1:
+                engines[q or "fp32"] = Engine(config, resolved.model_class)
+                continue
+            from minisgl_core.engine.tp_local import LocalGroup
 
-    group = LocalGroup(config, resolved.model_class, tp)
-    try:
-        _compare(group.engine, path, batch_sizes, max_tokens, json_lines, profile, repeat,
-                 threads={"engine": per_rank, "hf": threads})
-    finally:
-        group.close()
+            group = LocalGroup(config, resolved.model_class, tp)
+            stack.callback(group.close)
+            engines[q or "fp32"] = group.engine
+        _compare(engines, path, batch_sizes, max_tokens, json_lines, profile, repeat,
+                 threads={"engine": per_rank, "hf": threads}, ceilings=ceilings)
 
 
-def _compare(engine: Any, path: Any, batch_sizes: list[int], max_tokens: int, json_lines: bool,
-             profile: bool, repeat: int, threads: dict[str, int] | None = None) -> None:
-    """The runs and the report; ``threads`` sets torch's threads per system when they differ
-    (rank 0 of a split engine shares the cores that transformers has alone)."""
+def _compare(engines: dict[str, Any], path: Any, batch_sizes: list[int], max_tokens: int,
+             json_lines: bool, profile: bool, repeat: int, threads: dict[str, int],
+             ceilings: bool) -> None:
+    """The runs and the report; ``threads`` sets torch's threads per system (rank 0 of a split
+    engine shares the cores that transformers has alone)."""
     import torch
 
-    def use(system: str) -> None:
-        if threads:
-            torch.set_num_threads(threads[system])
+    from minisgl_core.bench import ceilings as roof
+    from minisgl_core.bench.profile import format_profile, profile_decode
 
-    def engine_run(prompts: list[list[int]], tokens: int) -> tuple[float, int]:
+    def use(system: str) -> None:
+        torch.set_num_threads(threads[system])
+
+    def engine_run(label: str, prompts: list[list[int]], tokens: int) -> tuple[float, int]:
         use("engine")
-        return run_engine(engine, prompts, tokens)
+        return run_engine(engines[label], prompts, tokens)
 
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
-    tok = engine.tokenizer
+    tok = next(iter(engines.values())).tokenizer
     encoded = {b: [tok.encode(p) for p in _prompts(b)] for b in batch_sizes}
-    engine_run(encoded[batch_sizes[0]][:1], 4)  # warm-up
-    best_engine = {b: engine_run(encoded[b], max_tokens) for b in batch_sizes}
-    peak = _peak_rss_mib()  # the engine alone: transformers' model is not loaded yet
-    if profile:
+    best_engine: dict[tuple[str, int], tuple[float, int]] = {}
+    for label in engines:
+        engine_run(label, encoded[batch_sizes[0]][:1], 4)  # warm-up
         for b in batch_sizes:
-            say(format_profile(b, profile_decode(engine, encoded[b])))
+            best_engine[label, b] = engine_run(label, encoded[b], max_tokens)
+    peak = _peak_rss_mib()  # the engines alone: transformers' model is not loaded yet
+    if profile:
+        use("engine")
+        for label, engine in engines.items():
+            for b in batch_sizes:
+                say(format_profile(label, b, profile_decode(engine, encoded[b], top=6)))
+    host = None
+    if ceilings:
+        use("engine")
+        host = roof.measure()
+        say(host.line())
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -164,77 +188,45 @@ def _compare(engine: Any, path: Any, batch_sizes: list[int], max_tokens: int, js
     for i in range(repeat):
         for b in batch_sizes:
             if i > 0:
-                best_engine[b] = min(best_engine[b], engine_run(encoded[b], max_tokens))
+                for label in engines:
+                    best_engine[label, b] = min(best_engine[label, b],
+                                                engine_run(label, encoded[b], max_tokens))
             use("hf")
             best_hf[b] = min(best_hf.get(b, (float("inf"), 0)),
                              run_hf(hf, tok, encoded[b], max_tokens))
     results = []
     for b in batch_sizes:
-        (es, en), (hs, hn) = best_engine[b], best_hf[b]
-        r = Result(b, max_tokens, en / es, hn / hs, (en / es) / (hn / hs), es, hs, peak)
-        results.append(r)
-        if json_lines:
-            print(json.dumps(asdict(r)), flush=True)
+        hs, hn = best_hf[b]
+        for label, engine in engines.items():
+            es, en = best_engine[label, b]
+            ceiling, bound = 0.0, ""
+            if host is not None:
+                ceiling, bound = roof.model_cost(engine.model).roofline(host, b)
+            r = Result(b, max_tokens, en / es, hn / hs, (en / es) / (hn / hs), es, hs, peak,
+                       label, ceiling, 100 * (en / es) / ceiling if ceiling else 0.0, bound)
+            results.append(r)
+            if json_lines:
+                print(json.dumps(asdict(r)), flush=True)
     if not json_lines:
         print(markdown(results))
 
 
 def markdown(results: Sequence[Result]) -> str:
-    """The results as a markdown table."""
-    lines = ["| batch | engine tok/s | transformers tok/s | ratio |",
-             "| ---: | ---: | ---: | ---: |"]
+    """The results as a markdown table (int8 rows also as a multiple of fp32's)."""
+    fp32 = {r.batch: r.engine_tok_s for r in results if r.system == "fp32"}
+    lines = ["| batch | engine | engine tok/s | % of host ceiling | transformers tok/s | ratio "
+             "| vs fp32 engine |",
+             "| ---: | :--- | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
-        lines.append(f"| {r.batch} | {r.engine_tok_s:.1f} | {r.hf_tok_s:.1f} | {r.ratio:.2f}x |")
+        pct = f"{r.ceiling_pct:.0f}% of {r.ceiling_tok_s:.0f} ({r.bound})" if r.bound else "-"
+        vs = f"{r.engine_tok_s / fp32[r.batch]:.2f}x" if r.batch in fp32 else "-"
+        lines.append(f"| {r.batch} | {r.system} | {r.engine_tok_s:.1f} | {pct} | "
+                     f"{r.hf_tok_s:.1f} | {r.ratio:.2f}x | {vs} |")
     if results:
-        lines.append(f"\nengine peak RSS: {results[0].engine_peak_rss_mib:.0f} MiB")
+        lines.append(f"\nengine peak RSS: {results[0].engine_peak_rss_mib:.0f} MiB"
+                     + (" (all engines of the run together)" if len(fp32) < len(results)
+                        else ""))
     return "\n".join(lines)
-
-
-def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8) -> dict[str, float]:
-    """Milliseconds per decode step: wall time, and op time split into matmul / attention / rest.
-
-    The wall time is the median of unprofiled steps; the split comes from torch.profiler's self
-    CPU times over as many profiled steps (so "python" = wall - all op time is approximate).
-    """
-    import statistics
-
-    from torch.profiler import ProfilerActivity, profile
-
-    from minisgl_core.messages import SamplingParams
-
-    sp = SamplingParams(max_tokens=2 * steps + 4, temperature=0.0, ignore_eos=True)
-    for i, p in enumerate(prompts):
-        engine.add_request(f"profile-{time.perf_counter()}-{i}", p, sp)
-    while any(r.num_cached < len(r.prompt_ids) for r in engine.requests.values()):
-        engine.step()  # finish every prefill first: only decode steps are measured
-    walls = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        engine.step()
-        walls.append((time.perf_counter() - start) * 1e3)
-    matmul = {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise"}
-    attention = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::index_select",
-                 "aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::_softmax",
-                 "aten::index_copy_"}
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            engine.step()
-    split = {"matmul": 0.0, "attention": 0.0, "other_ops": 0.0}
-    for e in prof.key_averages():
-        key = "matmul" if e.key in matmul else "attention" if e.key in attention else "other_ops"
-        split[key] += e.self_cpu_time_total / 1e3 / steps
-    for _ in engine.run_until_idle():  # finish the profiled requests
-        pass
-    wall = statistics.median(walls)
-    return {"batch": float(len(prompts)), "step_ms": wall, **split,
-            "python": max(0.0, wall - sum(split.values()))}
-
-
-def format_profile(batch: int, p: dict[str, float]) -> str:
-    """One line per profile."""
-    return (f"decode step, batch {batch}: {p['step_ms']:.1f} ms = matmul {p['matmul']:.1f} + "
-            f"attention (gather, store, sdpa) {p['attention']:.1f} + other ops "
-            f"{p['other_ops']:.1f} + python {p['python']:.1f}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ class EngineConfig:
     num_threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     seed: int = 0  # for requests sampled without a seed of their own
     cache: str = "radix"  # "radix": reuse KV pages of cached prefixes; "naive": never reuse
+    quantization: str | None = None  # "int8": int8 weights and per-token inputs (quant.py)
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -48,6 +49,8 @@ class EngineConfig:
             raise ValueError("max_seq_len_override must be >= 2")
         if self.cache not in ("radix", "naive"):
             raise ValueError(f'cache must be "radix" or "naive", got {self.cache!r}')
+        if self.quantization is not None and self.quantization != "int8":
+            raise ValueError(f'quantization must be "int8" or None, got {self.quantization!r}')
 
 
 def _as_id_set(value: Any) -> frozenset[int]:

@@ -115,7 +115,9 @@ class Engine:
             self.max_seq_len = config.max_seq_len_override
         self.vocab_size = cfg.vocab_size
         self.tp = tp if tp is not None and tp.size > 1 else None
-        extra = {} if self.tp is None else {"tp": self.tp}  # plugin models need not know tp
+        extra: dict[str, Any] = {} if self.tp is None else {"tp": self.tp}  # plugin models
+        if config.quantization is not None:  # need not know tp or quantization unless used
+            extra["quantization"] = config.quantization
         self.model = model_class(cfg, dtype=self.dtype, device=self.device,
                                  max_seq_len=self.max_seq_len, **extra)
         self.model.load_weights(Checkpoint(path))

@@ -1,93 +1,190 @@
-"""Matmul kernels for the model's linear layers, picked once at load time.
+"""Matmul kernels for the model's linear layers, and the Linear that runs one per row bucket.
 
-Measured on this project's 2-core x86 machine (fp32, CPU time per forward of SmolLM2's layers):
-oneDNN with weights pre-packed into its blocked layout beats MKL's ``F.linear`` by 1.2-1.9x at
-4..512 rows (decode batches and prefill chunks), but is slower for 1-3 rows, so those are padded
-to 4. Elsewhere (CUDA, builds without oneDNN) weights are kept dense and transposed, which on
-CPU also streams them faster than ``F.linear`` at batch 1. ``MINISGL_LINEAR=dense|onednn``
-overrides the choice.
+A kernel owns a weight layout (``pack``) and a way to run ``x [T, in] @ W.T`` on it (``run``).
+Which kernel is fastest depends on the host and on the row count: on one 2-core AVX2 host dense
+``torch.mm`` beat oneDNN's pre-packed weights at 1 row (27.4 vs 21.4 tok/s) and lost at 32 (193
+vs 267). So kernel_choice.py times the candidates on the model's own shapes at load, and each
+Linear keeps one layout and a kernel per row bucket (BUCKETS). ``MINISGL_LINEAR=<kernel>`` forces
+one kernel everywhere it applies. The int8 kernels live in quant.py.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
-_MIN_ROWS = 4  # oneDNN's kernels for 1-3 rows are slower than for 4
+# Row counts measured at load, one per bucket: decode batches (1, 8, 32) and prefill chunks (128+)
+BUCKETS = (1, 8, 32, 128)
+_BUCKET_TOP = (2, 16, 64)  # rows <= 2 use bucket 0, <= 16 bucket 1, <= 64 bucket 2, else 3
+_MIN_ROWS = 4  # oneDNN's kernels for 1-3 rows were slower than for 4 on the first host measured
 
 
-def _onednn_works(device: torch.device, dtype: torch.dtype) -> bool:
-    if device.type != "cpu" or dtype != torch.float32 or not torch.backends.mkldnn.is_available():
-        return False
-    try:
-        w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8), 32)
-        y = torch.ops.mkldnn._linear_pointwise(torch.ones(4, 8), w, None, "none", [], "")
-        return bool(torch.allclose(y, torch.full((4, 8), 8.0)))
-    except (RuntimeError, AttributeError) as exc:
-        log.info("oneDNN linear unavailable (%s); using dense matmuls", exc)
-        return False
+def bucket_of(rows: int) -> int:
+    """The bucket (index into BUCKETS) a step of ``rows`` rows runs in."""
+    for i, top in enumerate(_BUCKET_TOP):
+        if rows <= top:
+            return i
+    return len(_BUCKET_TOP)
 
 
-def choose_backend(device: torch.device, dtype: torch.dtype) -> str:
-    """"onednn" or "dense" for this device and dtype (MINISGL_LINEAR overrides)."""
-    forced = os.environ.get("MINISGL_LINEAR", "").strip().lower()
-    if forced in ("dense", "onednn"):
-        if forced == "onednn" and not _onednn_works(device, dtype):
-            raise RuntimeError("MINISGL_LINEAR=onednn but oneDNN linear does not work here")
-        return forced
-    return "onednn" if _onednn_works(device, dtype) else "dense"
-
-
-def padded_rows(rows: int) -> int:
+def padded_rows(rows: int, minimum: int = _MIN_ROWS) -> int:
     """Round a row count up to one of a few sizes: oneDNN caches one primitive per shape, and an
     unbounded set of shapes (every batch size, every prefill chunk) grows memory without end.
-    4 (fewer is slower), then multiples of 8 up to 64, then multiples of 32."""
-    if rows <= _MIN_ROWS:
-        return _MIN_ROWS
+    ``minimum`` (fewer rows are padded up to it), then multiples of 8 up to 64, then of 32."""
+    if rows <= minimum:
+        return minimum
     step = 8 if rows <= 64 else 32
     return -(-rows // step) * step
 
 
-class Linear:
-    """``y = x @ W.T + b`` for ``x [T, in]``, from an HF ``W [out, in]``; the layout is private."""
+class Kernel:
+    """One way to compute ``x @ W.T (+ b) (+ residual)``; kernels sharing a ``layout`` share the
+    packed weight, so a Linear can switch between them by row count at no memory cost."""
 
-    __slots__ = ("backend", "bias", "in_features", "out_features", "weight")
+    name = "?"
+    layout = "?"
+    quantized = False  # True: needs --quantization int8
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, backend: str) -> None:
-        self.out_features, self.in_features = weight.shape
-        self.backend = backend
-        self.bias = bias
-        if backend == "onednn":
-            self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 32)
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether this kernel works (and gives right answers) here."""
+        raise NotImplementedError
+
+    def same_as(self, rows: int) -> str | None:
+        """The kernel that does exactly what this one does at ``rows`` rows (None: none)."""
+        return None
+
+    def pack(self, weight: torch.Tensor) -> Any:
+        """The private layout of an HF ``weight [out, in]``."""
+        raise NotImplementedError
+
+    def run(self, packed: Any, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        """``x [T, in]`` -> ``[T, out]``."""
+        raise NotImplementedError
+
+    def nbytes(self, packed: Any) -> int:
+        """Memory held by the packed weight."""
+        return int(packed.numel() * packed.element_size())
+
+
+class Dense(Kernel):
+    """``torch.mm`` on the transposed weight ``[in, out]``: any device, any dtype."""
+
+    name = layout = "dense"
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return True
+
+    def pack(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight.t().contiguous()  # [in, out]
+
+    def run(self, packed: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        if bias is not None:
+            y = torch.addmm(bias, x, packed)
+            return y if residual is None else y + residual
+        return torch.mm(x, packed) if residual is None else torch.addmm(residual, x, packed)
+
+
+class OneDNN(Kernel):
+    """oneDNN with the weight pre-packed into its blocked layout (CPU, fp32), rows padded to a
+    bounded set of sizes; ``minimum`` is the fewest rows it runs (1-3 rows padded up to it)."""
+
+    layout = "onednn"
+
+    def __init__(self, name: str = "onednn", minimum: int = _MIN_ROWS) -> None:
+        self.name, self.minimum = name, minimum
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        if device.type != "cpu" or dtype != torch.float32:
+            return False
+        if not torch.backends.mkldnn.is_available():
+            return False
+        try:
+            w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8), 32)
+            y = torch.ops.mkldnn._linear_pointwise(torch.ones(4, 8), w, None, "none", [], "")
+            return bool(torch.allclose(y, torch.full((4, 8), 8.0)))
+        except (RuntimeError, AttributeError) as exc:
+            log.info("oneDNN linear unavailable (%s)", exc)
+            return False
+
+    def same_as(self, rows: int) -> str | None:
+        return None if self.name == "onednn" or rows < _MIN_ROWS else "onednn"
+
+    def pack(self, weight: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), 32)
+
+    def run(self, packed: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        rows = x.shape[0]
+        padded = padded_rows(rows, self.minimum)  # a bounded set of shapes: see padded_rows
+        if padded != rows:
+            x = F.pad(x, (0, 0, 0, padded - rows))
+            if residual is not None:
+                residual = F.pad(residual, (0, 0, 0, padded - rows))
+        if residual is None:
+            y = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
         else:
-            self.weight = weight.t().contiguous()  # [in, out]
+            y = torch.ops.mkldnn._linear_pointwise.binary(x, residual, packed, bias, "add")
+        return y if padded == rows else y[:rows]
+
+    def nbytes(self, packed: torch.Tensor) -> int:
+        return int(packed.numel() * 4)  # an opaque tensor: fp32 whatever the blocking
+
+
+def fp32_kernels() -> list[Kernel]:
+    """The fp32 candidates, in the order ties are broken."""
+    return [OneDNN(), OneDNN("onednn-rows", 1), Dense()]
+
+
+def all_kernels() -> dict[str, Kernel]:
+    """Every kernel by name (the int8 ones included)."""
+    from minisgl_core.engine.quant import int8_kernels
+
+    return {k.name: k for k in [*fp32_kernels(), *int8_kernels()]}
+
+
+class Linear:
+    """``y = x @ W.T + b`` for ``x [T, in]``, from an HF ``W [out, in]``; the layout is private.
+
+    ``kernels``: one per bucket (BUCKETS), all of one layout; one kernel name means it for all.
+    """
+
+    __slots__ = ("_table", "bias", "in_features", "kernels", "out_features", "weight")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 kernels: Sequence[Kernel] | Kernel | str) -> None:
+        if isinstance(kernels, str):
+            kernels = all_kernels()[kernels]
+        if isinstance(kernels, Kernel):
+            kernels = [kernels] * len(BUCKETS)
+        if len(kernels) != len(BUCKETS) or len({k.layout for k in kernels}) != 1:
+            raise ValueError("a Linear needs one kernel per bucket, all of one layout")
+        self.out_features, self.in_features = weight.shape
+        self.kernels = tuple(kernels)
+        self.bias = bias
+        self.weight = kernels[0].pack(weight)
+        # rows -> kernel for the common small row counts (one tuple index per call)
+        self._table = tuple(self.kernels[bucket_of(r)] for r in range(_BUCKET_TOP[-1] + 1))
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused into the matmul)."""
-        if self.backend == "onednn":
-            rows = x.shape[0]
-            padded = padded_rows(rows)  # a bounded set of shapes: see padded_rows
-            if padded != rows:
-                x = F.pad(x, (0, 0, 0, padded - rows))
-                if residual is not None:
-                    residual = F.pad(residual, (0, 0, 0, padded - rows))
-            if residual is None:
-                y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-            else:
-                y = torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight,
-                                                              self.bias, "add")
-            return y if padded == rows else y[:rows]
-        if self.bias is not None:
-            y = torch.addmm(self.bias, x, self.weight)
-            return y if residual is None else y + residual
-        return torch.mm(x, self.weight) if residual is None else torch.addmm(residual, x,
-                                                                             self.weight)
+        """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused where the kernel can)."""
+        rows = x.shape[0]
+        kernel = self._table[rows] if rows < len(self._table) else self.kernels[-1]
+        return kernel.run(self.weight, x, self.bias, residual)
+
+    @property
+    def backend(self) -> str:
+        """The kernel names by bucket, e.g. ``dense`` or ``dense/onednn/onednn/onednn``."""
+        names = [k.name for k in self.kernels]
+        return names[0] if len(set(names)) == 1 else "/".join(names)
 
     def nbytes(self) -> int:
         """Memory held by the weight (and bias)."""
-        n = self.in_features * self.out_features * 4  # fp32 whatever the layout
+        n = self.kernels[0].nbytes(self.weight)
         return n + (0 if self.bias is None else self.bias.numel() * self.bias.element_size())

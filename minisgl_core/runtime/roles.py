@@ -82,6 +82,7 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "max_prefill_tokens": cfg.max_prefill_tokens,
         "num_threads": spec.num_threads,
         "cache": cfg.cache,
+        "quantization": getattr(cfg, "quantization", None),
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     if cfg.tp == 1:

@@ -28,3 +28,37 @@ def test_offline_benchmark_counts_every_token(tiny_models: dict[str, Path], tp: 
         assert round(r.engine_tok_s * r.engine_s) == round(r.hf_tok_s * r.hf_s) == r.batch * 5
         assert r.ratio == pytest.approx(r.engine_tok_s / r.hf_tok_s)
     assert ("tensor-parallel over 2 ranks" in out.err) == (tp == 2)
+
+
+def test_offline_benchmark_runs_fp32_and_int8_against_the_host_ceilings(
+        tiny_models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    threads = torch.get_num_threads()
+    try:
+        bench.main(str(tiny_models["llama"]), [1, 2], max_tokens=3, json_lines=True,
+                   threads=1, repeat=1, quantization=(None, "int8"))
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr()
+    results = [bench.Result(**json.loads(line)) for line in out.out.splitlines()]
+    assert [(r.batch, r.system) for r in results] == [(1, "fp32"), (1, "int8"), (2, "fp32"),
+                                                      (2, "int8")]
+    assert "host ceilings (1 threads" in out.err
+    for r in results:
+        assert round(r.engine_tok_s * r.engine_s) == r.batch * 3
+        assert r.bound in ("bandwidth", "compute") and r.ceiling_tok_s > 0
+        assert r.ceiling_pct == pytest.approx(100 * r.engine_tok_s / r.ceiling_tok_s)
+    table = bench.markdown(results)
+    assert "| 2 | int8 |" in table and "% of" in table
+
+
+def test_roofline_is_bandwidth_at_batch_1_and_compute_when_large() -> None:
+    from minisgl_core.bench.ceilings import Ceilings, ModelCost
+
+    host = Ceilings(threads=1, read_gb_s=1.0, fp32_gflop_s=1.0, int8_gop_s=4.0)
+    fp32 = ModelCost(weight_bytes=2_000_000_000, fp32_params=500_000_000, int8_params=0)
+    assert fp32.roofline(host, 1) == (pytest.approx(0.5), "bandwidth")
+    assert fp32.roofline(host, 4) == (pytest.approx(1.0), "compute")
+    # int8 layers at the int8 rate, the fp32 rest at fp32's: 1 s + 0.25 s per token
+    mixed = ModelCost(weight_bytes=1_000_000_000, fp32_params=500_000_000,
+                      int8_params=500_000_000)
+    assert mixed.roofline(host, 8) == (pytest.approx(0.8), "compute")

@@ -1,13 +1,15 @@
 """A Llama-family decoder-only LM in plain torch (Llama, Qwen2, Qwen3 differ only in flags).
 
 Weights are fused at load time: q/k/v into one matrix and gate/up into another, so each layer runs
-four matmuls, each through a ``Linear`` whose kernel and weight layout suit the device (linear.py).
+four matmuls, each through a ``Linear`` whose kernel and weight layout were measured fastest on this
+host for the model's shapes (kernel_choice.py), int8 ones under ``quantization="int8"`` (quant.py).
 With tensor parallelism (parallel.py) each rank loads only its KV-head groups and MLP columns, and
 all-reduces the partial outputs of o_proj and down_proj; bias and residual are added on rank 0.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -17,11 +19,13 @@ import torch.nn.functional as F
 
 from minisgl_core.engine.attention import AttentionMetadata, Workspace, paged_attention
 from minisgl_core.engine.config import ModelConfig
+from minisgl_core.engine.kernel_choice import choose
 from minisgl_core.engine.kv_cache import KVPool
-from minisgl_core.engine.linear import Linear, choose_backend
+from minisgl_core.engine.linear import Linear
 from minisgl_core.engine.parallel import Shard, TensorParallel, shard
 from minisgl_core.engine.weights import Checkpoint
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Layer:
@@ -65,7 +69,8 @@ class DecoderForCausalLM:
     qk_norm: ClassVar[bool] = False  # Qwen3 normalizes each q and k head before RoPE
 
     def __init__(self, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str,
-                 max_seq_len: int, tp: TensorParallel | None = None) -> None:
+                 max_seq_len: int, tp: TensorParallel | None = None,
+                 quantization: str | None = None) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
         self.tp = tp if tp is not None and tp.size > 1 else None  # None: the whole model here
         rank, size = (0, 1) if self.tp is None else (self.tp.rank, self.tp.size)
@@ -73,7 +78,10 @@ class DecoderForCausalLM:
                                   rank)
         self.num_kv_heads = self.shard.num_kv  # this rank's KV heads (its KV pool's width)
         self.layers: list[Layer] = []
-        self.backend = choose_backend(torch.device(device), dtype)
+        self.quantization = quantization
+        self.kernels = choose(self.linear_shapes(), torch.device(device), dtype, quantization)
+        log.info("linear kernels (%s%s): %s", self.kernels.source,
+                 f", {quantization}" if quantization else "", self.kernels.summary())
         self.embed = self.norm = torch.empty(0)  # embed: [V, H]
         self.lm_head: Linear | None = None
         positions = torch.arange(max_seq_len, dtype=torch.float32)
@@ -81,6 +89,20 @@ class DecoderForCausalLM:
         # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): the sign lives in the table
         self.cos = torch.cat((freqs.cos(), freqs.cos()), -1).to(device, dtype)  # [S, D]
         self.sin = torch.cat((-freqs.sin(), freqs.sin()), -1).to(device, dtype)
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """``(out, in)`` of this rank's matmul weights by role (the LM head on rank 0 only)."""
+        c, s = self.cfg, self.shard
+        shapes = {"qkv": ((s.num_q + 2 * s.num_kv) * c.head_dim, c.hidden_size),
+                  "o": (c.hidden_size, s.num_q * c.head_dim),
+                  "gate_up": (2 * s.num_inter, c.hidden_size),
+                  "down": (c.hidden_size, s.num_inter)}
+        if self.tp is None or self.tp.leader:
+            shapes["lm_head"] = (c.vocab_size, c.hidden_size)
+        return shapes
+
+    def _linear(self, role: str, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+        return Linear(weight, bias, self.kernels.kernels[role])
 
     def load_weights(self, ckpt: Checkpoint) -> None:
         """Read HF-named tensors layer by layer, fuse and pack them; ValueError if one is missing.
@@ -93,7 +115,7 @@ class DecoderForCausalLM:
             head = self.embed  # tied: the packed (or transposed) head is a second copy of it
             if not self.cfg.tie_word_embeddings and "lm_head.weight" in ckpt:
                 head = self._take(ckpt, "lm_head.weight")
-            self.lm_head = Linear(head, None, self.backend)
+            self.lm_head = self._linear("lm_head", head, None)
         self.layers = [self._load_layer(ckpt, i) for i in range(self.cfg.num_layers)]
 
     def _take(self, ckpt: Checkpoint, name: str, rows: tuple[int, int] | None = None,
@@ -143,14 +165,14 @@ class DecoderForCausalLM:
         return Layer(
             ln_attn=self._take(ckpt, f"{p}input_layernorm.weight"),
             ln_mlp=self._take(ckpt, f"{p}post_attention_layernorm.weight"),
-            qkv=Linear(qkv_w, self._cat(ckpt, [a + ".bias" for a in attn], attn_rows),
-                       self.backend),
-            o=Linear(self._take(ckpt, f"{p}self_attn.o_proj.weight", cols=q_rows),
-                     summed_bias(f"{p}self_attn.o_proj.bias"), self.backend),
-            gate_up=Linear(gate_up_w, self._cat(ckpt, [m + ".bias" for m in mlp], [inter, inter]),
-                           self.backend),
-            down=Linear(self._take(ckpt, f"{p}mlp.down_proj.weight", cols=inter),
-                        summed_bias(f"{p}mlp.down_proj.bias"), self.backend),
+            qkv=self._linear("qkv", qkv_w,
+                             self._cat(ckpt, [a + ".bias" for a in attn], attn_rows)),
+            o=self._linear("o", self._take(ckpt, f"{p}self_attn.o_proj.weight", cols=q_rows),
+                           summed_bias(f"{p}self_attn.o_proj.bias")),
+            gate_up=self._linear("gate_up", gate_up_w,
+                                 self._cat(ckpt, [m + ".bias" for m in mlp], [inter, inter])),
+            down=self._linear("down", self._take(ckpt, f"{p}mlp.down_proj.weight", cols=inter),
+                              summed_bias(f"{p}mlp.down_proj.bias")),
             qk_norm=qk_norm,
         )
 
@@ -185,8 +207,8 @@ class DecoderForCausalLM:
             x = reduce(layer.o(o, residual=x if keep else None))  # [T, H]
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
             gu = layer.gate_up(h)  # [T, 2 I] (I: this rank's columns)
-            x = reduce(layer.down(F.silu(gu[:, :inter]) * gu[:, inter:],
-                                  residual=x if keep else None))
+            act = F.silu(gu[:, :inter]).mul_(gu[:, inter:])  # [T, I]: one new tensor, not two
+            x = reduce(layer.down(act, residual=x if keep else None))
         return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -198,4 +220,5 @@ class DecoderForCausalLM:
     def describe(self) -> dict[str, Any]:
         """A few facts for logs and /v1/models."""
         return {"architecture": self.cfg.architecture, "layers": self.cfg.num_layers,
-                "linear_backend": self.backend}
+                "linear_backend": self.kernels.summary(),
+                "quantization": self.quantization}

@@ -1,0 +1,135 @@
+"""This host's ceilings, measured in the benchmark's own run, and a model's roofline from them.
+
+Three rates, each the best of repeated runs over ``seconds`` with the benchmark's torch threads:
+memory read bandwidth (``sum`` over a 256 MiB fp32 tensor, far larger than any cache), fp32 GEMM
+rate (``torch.mm`` of 1024 x 1024 matrices) and int8 GEMM rate (the faster of the int8 kernels,
+quant.py, on 1024 rows of a 1024 x 1024 layer, counting 2 ops per multiply-add). A model's
+decode ceiling at batch b is the roofline ``min(b x bandwidth / weight bytes, rate / (2 x
+params))``: batch 1 reads every weight once per token; large batches do 2 FLOP per parameter per
+token. KV-cache reads and attention FLOPs are left out (small at these lengths).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Host rates: bytes/s read from memory, fp32 and int8 multiply-add rates (ops/s)."""
+
+    threads: int
+    read_gb_s: float
+    fp32_gflop_s: float
+    int8_gop_s: float  # 0 when no int8 kernel works here
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One line for a report."""
+        int8 = f"{self.int8_gop_s:.0f} GOP/s" if self.int8_gop_s else "n/a"
+        return (f"host ceilings ({self.threads} threads, measured in this run): memory read "
+                f"{self.read_gb_s:.1f} GB/s, fp32 GEMM {self.fp32_gflop_s:.0f} GFLOP/s, int8 "
+                f"GEMM {int8}")
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What one decode token costs a model: weight bytes read (batch 1) and matmul ops."""
+
+    weight_bytes: int  # of every matmul weight, as stored (int8 or fp32)
+    fp32_params: int  # matmul parameters run in fp32
+    int8_params: int  # matmul parameters run in int8
+
+    def roofline(self, c: Ceilings, batch: int) -> tuple[float, str]:
+        """(tokens/s ceiling at ``batch``, "bandwidth" or "compute")."""
+        memory = batch * c.read_gb_s * 1e9 / self.weight_bytes
+        seconds = 2 * self.fp32_params / (c.fp32_gflop_s * 1e9)
+        if self.int8_params:
+            seconds += 2 * self.int8_params / (c.int8_gop_s * 1e9) if c.int8_gop_s else 0.0
+        compute = 1 / seconds
+        return (memory, "bandwidth") if memory < compute else (compute, "compute")
+
+
+def model_cost(model: Any) -> ModelCost:
+    """The decode cost of an engine's model (its layers' Linears and the LM head)."""
+    linears = [getattr(layer, n) for layer in model.layers for n in ("qkv", "o", "gate_up",
+                                                                     "down")]
+    if model.lm_head is not None:
+        linears.append(model.lm_head)
+    size = 0
+    fp32 = int8 = 0
+    for lin in linears:
+        params = lin.in_features * lin.out_features
+        size += lin.nbytes()
+        if lin.kernels[0].quantized:
+            int8 += params
+        else:
+            fp32 += params
+    return ModelCost(size, fp32, int8)
+
+
+def _best_rate(work: float, fn: Callable[[], object], seconds: float) -> float:
+    """``work`` per second of the fastest of repeated ``fn()`` calls within ``seconds``."""
+    fn()  # warm-up
+    best = float("inf")
+    end = time.perf_counter() + seconds
+    runs = 0
+    while runs < 3 or time.perf_counter() < end:
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+        runs += 1
+    return work / best
+
+
+def measure(seconds: float = 1.5) -> Ceilings:
+    """Measure the three rates with torch's current thread count (about 3 x ``seconds``)."""
+    import torch
+
+    from minisgl_core.engine.quant import int8_kernels
+
+    with torch.inference_mode():
+        big = torch.ones(256 * MIB // 4)
+        read = _best_rate(big.numel() * 4, lambda: big.sum(), seconds) / 1e9
+        n = 1024
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        fp32 = _best_rate(2 * n ** 3, lambda: torch.mm(a, b), seconds) / 1e9
+        int8 = 0.0
+        cpu = torch.device("cpu")
+        kernels = [k for k in int8_kernels() if k.available(cpu, torch.float32)]
+        for k in kernels:
+            packed = k.pack(b)
+            int8 = max(int8, _best_rate(2 * n ** 3, lambda k=k, p=packed: k.run(p, a, None, None),
+                                        seconds / len(kernels)) / 1e9)
+    return Ceilings(torch.get_num_threads(), read, fp32, int8)
+
+
+def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
+    """The decode cost of a model from its config.json alone (no weights loaded): every layer's
+    q/k/v, o, gate/up and down matmuls plus the LM head; under int8 the layers hold one byte per
+    weight and a 4-byte scale per output channel, except quant.FP32_ROLES."""
+    from pathlib import Path
+
+    from minisgl_core.engine.config import ModelConfig
+    from minisgl_core.engine.quant import FP32_ROLES
+
+    c = ModelConfig.from_dir(Path(model_dir))
+    q, kv, inter, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, \
+        c.intermediate_size, c.hidden_size
+    n = c.num_layers
+    shapes = {"qkv": (n * (q + 2 * kv), h), "o": (n * h, q), "gate_up": (n * 2 * inter, h),
+              "down": (n * h, inter), "lm_head": (c.vocab_size, h)}  # (outputs, inputs)
+    size = fp32 = int8 = 0
+    for role, (out, inp) in shapes.items():
+        if quantization == "int8" and role not in FP32_ROLES:
+            size, int8 = size + out * inp + 4 * out, int8 + out * inp
+        else:
+            size, fp32 = size + 4 * out * inp, fp32 + out * inp
+    return ModelCost(size, fp32, int8)

@@ -1,0 +1,237 @@
+"""Pick each linear layer's matmul kernel by timing the candidates on this host, once, at load.
+
+For each weight shape of the model (qkv, o, gate_up, down, LM head) and each row bucket
+(linear.BUCKETS) the candidate kernels run a few times on a weight of that shape; a layer keeps
+one weight layout (two copies of the weights would double their memory), the one whose best
+kernels lose least to the overall best across buckets, and uses its fastest kernel per bucket.
+Timing is bounded by ``budget_s``; the result is cached on disk under the cache directory, keyed
+by CPU model, torch version, threads, shapes and candidates, so a restart reuses it and the
+choice for a given cache file is always the same. ``MINISGL_LINEAR=<kernel>`` skips all of this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minisgl_core.engine.linear import BUCKETS, Kernel, all_kernels, fp32_kernels
+from minisgl_core.engine.quant import FP32_ROLES, int8_kernels
+
+log = logging.getLogger(__name__)
+BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
+REPEATS = 4  # timed runs per kernel and bucket, after one warm-up; the fastest counts
+BIG = 3e8  # multiply-adds (rows x out x in) above which one timed run is enough
+# Wider layers (an LM head: 49,152 x 576) are timed on their first MAX_OUT output rows: the time
+# grows linearly with the output width there, and the ranking of kernels does not change.
+MAX_OUT = 8192
+# Up to COLD_ROWS rows a matmul is bound by reading its weight, which a decode step streams from
+# memory (the model is far larger than any cache). Timed with a weight left in cache by the
+# previous run, a kernel that computes fast but streams slowly would win: so those runs read
+# COLD_BYTES of something else first (more than a server's L3).
+COLD_ROWS = 16
+METHOD = 2  # in the cache key: a change in how kernels are timed invalidates old choices
+COLD_BYTES = 64 << 20
+
+Shapes = Mapping[str, tuple[int, int]]  # role -> (out, in)
+Timer = Callable[[Kernel, object, torch.Tensor], float]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Each role's kernel per bucket, and where the choice came from."""
+
+    kernels: dict[str, tuple[Kernel, ...]]
+    source: str  # "forced by MINISGL_LINEAR=...", "measured in 1.2 s", "cache <path>", ...
+
+    def names(self) -> dict[str, list[str]]:
+        """role -> kernel name per bucket (what the cache file holds)."""
+        return {role: [k.name for k in ks] for role, ks in self.kernels.items()}
+
+    def summary(self) -> str:
+        """One line for the log: ``qkv: 1 dense, 8+ onednn; ...``."""
+        parts = []
+        for role, names in self.names().items():
+            runs: list[str] = []
+            for i, name in enumerate(names):
+                if i == 0 or name != names[i - 1]:
+                    runs.append(f"{BUCKETS[i]}{'+' if i else ''} {name}")
+            parts.append(f"{role}: {', '.join(runs)}")
+        return "; ".join(parts)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def candidates(role: str, device: torch.device, dtype: torch.dtype,
+               quantization: str | None) -> list[Kernel]:
+    """The kernels that can run this role here, in tie-break order."""
+    quantized = quantization == "int8" and role not in FP32_ROLES
+    pool = int8_kernels() if quantized else fp32_kernels()
+    found = [k for k in pool if k.available(device, dtype)]
+    if quantized and not found:
+        raise RuntimeError("--quantization int8 needs an int8 matmul kernel, and none works "
+                           f"here (tried {', '.join(k.name for k in pool)}; torch "
+                           f"{torch.__version__}, quantized engines "
+                           f"{torch.backends.quantized.supported_engines})")
+    return found
+
+
+def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
+           quantization: str | None = None, *, cache: Path | None = None,
+           budget_s: float = BUDGET_S, timer: Timer | None = None) -> Choice:
+    """Each role's kernel per bucket: forced, cached, or measured now (and cached)."""
+    pools = {role: candidates(role, device, dtype, quantization) for role in shapes}
+    forced = os.environ.get("MINISGL_LINEAR", "").strip().lower()
+    if forced:
+        return _forced(forced, pools, quantization)
+    if all(len(pool) == 1 for pool in pools.values()):
+        return Choice({r: (p[0],) * len(BUCKETS) for r, p in pools.items()}, "only candidate")
+    key = {"method": METHOD, "cpu": cpu_model(), "torch": torch.__version__,
+           "threads": torch.get_num_threads(),
+           "device": str(device), "dtype": str(dtype), "buckets": list(BUCKETS),
+           "shapes": {r: list(s) for r, s in sorted(shapes.items())},
+           "candidates": {r: [k.name for k in p] for r, p in sorted(pools.items())}}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = (cache if cache is not None else _cache_root()) / f"linear-{digest}.json"
+    cached = _read(path, pools)
+    if cached is not None:
+        return Choice(cached, f"cached in {path}")
+    start = time.perf_counter()
+    times, complete = _measure(shapes, pools, start + budget_s, timer or _time)
+    kernels = {role: _pick(pools[role], times[role]) for role in shapes}
+    took = time.perf_counter() - start
+    if complete:  # a partial measurement is used this once, never cached
+        _write(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times)
+    return Choice(kernels, f"measured in {took:.1f} s" + ("" if complete else
+                                                            " (budget reached: partly)"))
+
+
+def _cache_root() -> Path:
+    from minisgl_core.engine.weights import cache_dir
+
+    return cache_dir() / "kernels"
+
+
+def _forced(name: str, pools: dict[str, list[Kernel]], quantization: str | None) -> Choice:
+    known = all_kernels()
+    if name not in known:
+        raise RuntimeError(f"MINISGL_LINEAR={name} names no kernel (known: {', '.join(known)})")
+    kernel = known[name]
+    if kernel.quantized and quantization != "int8":
+        raise RuntimeError(f"MINISGL_LINEAR={name} is an int8 kernel: it needs "
+                           "--quantization int8")
+    out: dict[str, tuple[Kernel, ...]] = {}
+    for role, pool in pools.items():
+        if kernel.quantized == pool[0].quantized:  # it applies to this role
+            match = [k for k in pool if k.name == name]
+            if not match:
+                raise RuntimeError(f"MINISGL_LINEAR={name}, but that kernel does not work here")
+            out[role] = (match[0],) * len(BUCKETS)
+        else:
+            out[role] = (pool[0],) * len(BUCKETS)
+    return Choice(out, f"forced by MINISGL_LINEAR={name}")
+
+
+def _time(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+    start = time.perf_counter()
+    kernel.run(packed, x, None, None)
+    return time.perf_counter() - start
+
+
+def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
+             timer: Timer) -> tuple[dict[str, dict[str, list[float]]], bool]:
+    """Seconds per (role, kernel, bucket); inf where the budget ran out first."""
+    inf = float("inf")
+    times = {r: {k.name: [inf] * len(BUCKETS) for k in pools[r]} for r in shapes}
+    evict = torch.ones(COLD_BYTES // 4)
+    with torch.inference_mode():
+        for role, (out, inp) in sorted(shapes.items(), key=lambda s: s[1][0] * s[1][1]):
+            pool = pools[role]
+            if len(pool) < 2:
+                continue
+            # values barely matter to a matmul's speed; a constant avoids randn's cost on 28M
+            out = min(out, MAX_OUT)
+            weight = torch.full((out, inp), 0.01)
+            packed: dict[str, object] = {}
+            for k in pool:
+                if k.layout not in packed:
+                    packed[k.layout] = k.pack(weight)
+            for b, rows in enumerate(BUCKETS):
+                x = torch.randn(rows, inp, generator=torch.Generator().manual_seed(rows))
+                # a kernel that does what an earlier one does at this row count is not timed
+                timed = [k for k in pool if k.same_as(rows) is None]
+                for k in timed:  # warm-up: first calls build oneDNN primitives
+                    k.run(packed[k.layout], x, None, None)
+                for _ in range(REPEATS if rows * out * inp <= BIG else 1):
+                    for k in timed:  # interleaved: a burst of other load hits all alike
+                        if rows <= COLD_ROWS:
+                            evict.sum()  # reads 64 MiB: the weight is no longer in cache
+                        t = timer(k, packed[k.layout], x)
+                        times[role][k.name][b] = min(times[role][k.name][b], t)
+                for k in pool:
+                    twin = k.same_as(rows)
+                    if twin is not None:
+                        times[role][k.name][b] = times[role][twin][b]
+                if time.perf_counter() > deadline:
+                    return times, False
+    return times, True
+
+
+def _pick(pool: Sequence[Kernel], times: Mapping[str, Sequence[float]]) -> tuple[Kernel, ...]:
+    """One layout (least total slowdown against each bucket's best), then per bucket its fastest
+    kernel; ties go to the earlier candidate. Unmeasured buckets get the first candidate."""
+    n = len(BUCKETS)
+    if any(times[k.name][b] == float("inf") for k in pool for b in range(n)):
+        return (pool[0],) * n
+    best = [min(times[k.name][b] for k in pool) for b in range(n)]
+    layouts = list(dict.fromkeys(k.layout for k in pool))
+
+    def in_layout(layout: str, b: int) -> Kernel:
+        return min((k for k in pool if k.layout == layout), key=lambda k: times[k.name][b])
+
+    def loss(layout: str) -> float:
+        return sum(times[in_layout(layout, b).name][b] / best[b] for b in range(n))
+
+    layout = min(layouts, key=loss)
+    return tuple(in_layout(layout, b) for b in range(n))
+
+
+def _read(path: Path, pools: dict[str, list[Kernel]]) -> dict[str, tuple[Kernel, ...]] | None:
+    try:
+        names = json.loads(path.read_text())["choice"]
+        by_name = {r: {k.name: k for k in pool} for r, pool in pools.items()}
+        out = {r: tuple(by_name[r][n] for n in names[r]) for r in pools}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if any(len(ks) != len(BUCKETS) or len({k.layout for k in ks}) != 1 for ks in out.values()):
+        return None
+    return out
+
+
+def _write(path: Path, key: dict[str, object], choice: dict[str, list[str]],
+           times: dict[str, dict[str, list[float]]]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        body = {"key": key, "choice": choice, "seconds": times}
+        tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new
+    except OSError as exc:
+        log.warning("could not cache the kernel choice in %s: %s", path, exc)

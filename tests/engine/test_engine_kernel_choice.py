@@ -1,0 +1,86 @@
+"""Kernel choice at load: measured once, cached on disk, the same choice for a given cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from minisgl_core.engine.kernel_choice import candidates, choose
+from minisgl_core.engine.linear import BUCKETS, Kernel
+
+CPU, FP32 = torch.device("cpu"), torch.float32
+SHAPES = {"qkv": (96, 64), "down": (64, 128)}
+
+
+def _scripted(fast_small: str) -> object:
+    """A timer: ``fast_small`` wins below 8 rows by a hair, dense loses by far above."""
+    def timer(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+        rows = x.shape[0]
+        if kernel.name == fast_small:
+            return 1.0 if rows < 8 else 1.05
+        return 1.01 if rows < 8 else (9.0 if kernel.name == "dense" else 1.0)
+    return timer
+
+
+def _never(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+    raise AssertionError("a cached choice must not be measured again")
+
+
+@pytest.fixture
+def pool_names(monkeypatch) -> list[str]:
+    monkeypatch.delenv("MINISGL_LINEAR", raising=False)
+    names = [k.name for k in candidates("qkv", CPU, FP32, None)]
+    if len(names) < 2:
+        pytest.skip("only one fp32 kernel works on this host")
+    return names
+
+
+def test_choice_is_measured_once_then_read_back_the_same(tmp_path: Path, pool_names) -> None:
+    first = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    assert first.source.startswith("measured")
+    assert len(list(tmp_path.glob("linear-*.json"))) == 1
+    for _ in range(2):
+        again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never)
+        assert again.source.startswith("cached")
+        assert again.names() == first.names()
+
+
+def test_one_layout_per_layer_with_the_fastest_kernel_per_bucket(tmp_path: Path,
+                                                                 pool_names) -> None:
+    if "onednn" not in pool_names:
+        pytest.skip("oneDNN is not available here")
+    # dense wins 1 row by 1%, loses 9x above: the packed layout is kept, and within it the
+    # unpadded variant takes the 1-row bucket
+    choice = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("onednn-rows"))
+    assert choice.names()["qkv"] == ["onednn-rows"] + ["onednn"] * (len(BUCKETS) - 1)
+    assert {k.layout for k in choice.kernels["qkv"]} == {"onednn"}
+
+
+def test_a_different_cache_key_measures_again(tmp_path: Path, pool_names) -> None:
+    choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    other = choose({"qkv": (96, 32)}, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    assert other.source.startswith("measured")
+    assert len(list(tmp_path.glob("linear-*.json"))) == 2
+
+
+def test_minisgl_linear_forces_one_kernel(tmp_path: Path, monkeypatch, pool_names) -> None:
+    monkeypatch.setenv("MINISGL_LINEAR", "dense")
+    choice = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never)
+    assert all(n == "dense" for names in choice.names().values() for n in names)
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv("MINISGL_LINEAR", "int8")
+    with pytest.raises(RuntimeError, match="needs --quantization int8"):
+        choose(SHAPES, CPU, FP32, cache=tmp_path)
+    monkeypatch.setenv("MINISGL_LINEAR", "fastest")
+    with pytest.raises(RuntimeError, match="names no kernel"):
+        choose(SHAPES, CPU, FP32, cache=tmp_path)
+
+
+def test_a_corrupt_cache_file_is_measured_over(tmp_path: Path, pool_names) -> None:
+    choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    (path,) = tmp_path.glob("linear-*.json")
+    path.write_text("{not json")
+    again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    assert again.source.startswith("measured")
