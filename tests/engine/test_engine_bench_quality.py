@@ -11,8 +11,6 @@ import pytest
 import torch
 
 from minisgl_core.bench import quality
-from minisgl_core.engine.config import EngineConfig
-from minisgl_core.engine.engine import Engine
 
 
 def test_corpus_is_the_sorted_pydoc_topics() -> None:
@@ -24,12 +22,12 @@ def test_corpus_is_the_sorted_pydoc_topics() -> None:
 
 
 def test_perplexity_equals_transformers_over_several_chunks(tiny_models: dict[str, Path],
-                                                            monkeypatch) -> None:
+                                                            make_engine, monkeypatch) -> None:
     from transformers import AutoModelForCausalLM
 
     monkeypatch.setattr(quality, "CHUNK", 48)  # three chunks over the paged KV cache
     path = tiny_models["llama"]
-    engine = Engine(EngineConfig(model=str(path), num_threads=1, cache="naive"))
+    engine = make_engine("llama", cache="naive")
     ids = list(engine.tokenizer.encode(quality.corpus_text(), add_special_tokens=False))[:130]
     got = quality.perplexity(engine, ids)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

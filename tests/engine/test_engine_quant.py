@@ -49,14 +49,13 @@ def _run(engine: Engine) -> None:
 
 
 @pytest.mark.parametrize("kernel", [k.name for k in int8_kernels()])
-def test_int8_engine_equals_its_reference_math(tiny_models, monkeypatch, kernel: str) -> None:
-    model = str(tiny_models["qwen2"])  # q/k/v biases: the bias path is covered too
+def test_int8_engine_equals_its_reference_math(make_engine, monkeypatch, kernel: str) -> None:
+    model = "qwen2"  # q/k/v biases: the bias path is covered too
     monkeypatch.setenv("MINISGL_LINEAR", kernel)
-    quant = Engine(EngineConfig(model=model, num_threads=1, cache="naive",
-                                quantization="int8"))
+    quant = make_engine(model, cache="naive", quantization="int8")
     assert quant.model.describe()["quantization"] == "int8"
     monkeypatch.setenv("MINISGL_LINEAR", "dense")  # dense keeps the fp32 weight as [in, out]
-    fp32 = Engine(EngineConfig(model=model, num_threads=1, cache="naive"))
+    fp32 = make_engine(model, cache="naive")
     log: list[tuple[int, float, float]] = []
     for layer, qlayer in zip(fp32.model.layers, quant.model.layers, strict=True):
         assert not qlayer.qkv.kernels[0].quantized  # kept fp32 (quant.FP32_ROLES)
@@ -72,10 +71,9 @@ def test_int8_engine_equals_its_reference_math(tiny_models, monkeypatch, kernel:
     assert min(off for _, _, off in log) > 1e-4
 
 
-def test_int8_weights_take_a_quarter_of_fp32s(tiny_models, monkeypatch) -> None:
+def test_int8_weights_take_a_quarter_of_fp32s(make_engine, monkeypatch) -> None:
     monkeypatch.setenv("MINISGL_LINEAR", "int8")
-    quant = Engine(EngineConfig(model=str(tiny_models["llama"]), num_threads=1,
-                                quantization="int8"))
+    quant = make_engine("llama", quantization="int8")
     layer = quant.model.layers[0]
     fp32_bytes = layer.gate_up.in_features * layer.gate_up.out_features * 4
     assert layer.gate_up.nbytes() < fp32_bytes / 3
