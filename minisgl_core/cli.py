@@ -24,14 +24,14 @@ from minisgl_core.cli_common import (
 )
 from minisgl_core.config import ConfigError, LaunchConfig, load_config
 from minisgl_core.config_dump import to_json, to_toml
-from minisgl_core.plugin_listing import as_json, as_table, roles_table
-from minisgl_core.plugins import (
+from minisgl_core.plugin.listing import as_json, as_table, roles_table
+from minisgl_core.plugin.loading import (
     MinisglPluginManager,
     PluginLoadError,
     build_manager,
     call_each,
 )
-from minisgl_core.registry import Registries, RegistryError
+from minisgl_core.plugin.registry import Registries, RegistryError
 
 
 def _load(config: Path | None, flags: dict[str, Any], overrides: list[str] | None) -> LaunchConfig:
@@ -127,7 +127,7 @@ def tp_worker(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the other ranks.")] = 300.0,
 ) -> None:
     """Run one tensor-parallel rank > 0 for a `minisgl launch --tp N` on another host."""
-    from minisgl_core.model_lookup import ModelNotFoundError, resolve
+    from minisgl_core.plugin.model_lookup import ModelNotFoundError, resolve
 
     try:  # the same plugins' resolvers and models as rank 0's host
         model = resolve(model, state(ctx).pm)

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from minisgl_core.plugin_listing import PluginRow, describe
-from minisgl_core.plugins import MinisglPluginManager, build_manager, collect
-from minisgl_core.registry import Registries
+from minisgl_core.plugin.listing import PluginRow, describe
+from minisgl_core.plugin.loading import MinisglPluginManager, build_manager, collect
+from minisgl_core.plugin.registry import Registries
 
 EXIT_USAGE = 2  # bad names, bad config: nothing was started
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from minisgl_core import config_roles
-from minisgl_core.registry import suggest
+from minisgl_core.plugin.registry import suggest
 
 DTYPES = ("float32", "float16", "bfloat16")
 CACHES = ("radix", "naive")

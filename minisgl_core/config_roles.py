@@ -19,8 +19,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from minisgl_core.hookspecs import ROLE_KINDS
-from minisgl_core.registry import suggest
+from minisgl_core.plugin.hookspecs import ROLE_KINDS
+from minisgl_core.plugin.registry import suggest
 
 DEFAULT_ROLES: dict[str, str] = {"tokenizer": "hf", "detokenizer": "hf",
                                  "scheduler": "continuous"}

@@ -14,7 +14,7 @@ from typing import Any
 from minisgl_core import codec
 from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.messages import Fatal, Stats
-from minisgl_core.plugins import configure, unconfigure
+from minisgl_core.plugin.loading import configure, unconfigure
 
 log = logging.getLogger("minisgl")
 

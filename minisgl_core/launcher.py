@@ -243,8 +243,8 @@ def launch(config: Any, pm: Any = None) -> int:
     ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
     """
     from minisgl_core.launch_serve import serve_forever
-    from minisgl_core.model_lookup import ModelNotFoundError, resolve_model
-    from minisgl_core.plugins import build_manager, collect
+    from minisgl_core.plugin.loading import build_manager, collect
+    from minisgl_core.plugin.model_lookup import ModelNotFoundError, resolve_model
 
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -264,7 +264,7 @@ def launch(config: Any, pm: Any = None) -> int:
 
 
 def _plugin_modules(pm: Any) -> list[str]:
-    from minisgl_core import plugins
+    from minisgl_core.plugin import loading as plugins
 
     return list(plugins.loaded_module_names(pm))
 

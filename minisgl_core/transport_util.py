@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minisgl_core.interfaces import MessageTooLarge
-from minisgl_core.registry import suggest
+from minisgl_core.plugin.registry import suggest
 
 MIB = 1 << 20
 

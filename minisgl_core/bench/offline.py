@@ -20,7 +20,7 @@ class OfflineEngine:
                  quantization: str | None = None) -> None:
         from minisgl_core.engine.config import EngineConfig
         from minisgl_core.engine.engine import Engine
-        from minisgl_core.model_lookup import resolve
+        from minisgl_core.plugin.model_lookup import resolve
 
         resolved = resolve(model_dir)
         self.engine = Engine(EngineConfig(model=resolved.path, num_threads=os.cpu_count() or 1,

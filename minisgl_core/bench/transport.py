@@ -126,7 +126,7 @@ def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
 
 def _plan(transports: Sequence[str] | None) -> tuple[list[tuple[str, bool]], list[str]]:
     """The (name, multiprocess) list to run, reference first, and the plugin modules to load."""
-    from minisgl_core.plugins import build_manager, collect, loaded_module_names
+    from minisgl_core.plugin.loading import build_manager, collect, loaded_module_names
 
     pm = build_manager()
     regs = collect(pm)

@@ -111,7 +111,7 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
 
     from minisgl_core.engine.config import EngineConfig, threads_per_rank
     from minisgl_core.engine.engine import Engine
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
 
     batch_sizes = list(batch_sizes) or [1, 8, 32]
     threads = threads or os.cpu_count() or 1

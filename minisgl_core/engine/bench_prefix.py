@@ -129,7 +129,7 @@ def run(model: str | None = None, *, requests: int = 32, system_tokens: int = 50
     """Both caches on every arrival pattern; results in run order."""
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
 
     resolved = resolve(model)
     path = Path(resolved.path)

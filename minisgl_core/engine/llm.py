@@ -51,8 +51,8 @@ class LLM:
                  num_pages: int | None = None, page_size: int = 16,
                  max_seq_len_override: int | None = None, tp: int = 1,
                  plugins: Sequence[str | object] = (), **options: Any) -> None:
-        from minisgl_core.model_lookup import resolve
-        from minisgl_core.plugins import build_manager, loaded_module_names
+        from minisgl_core.plugin.loading import build_manager, loaded_module_names
+        from minisgl_core.plugin.model_lookup import resolve
 
         # the service's plugins: entry points, MINISGL_PLUGINS and ``plugins`` (module names or
         # objects) resolve the model and provide its class, here and on every tp rank

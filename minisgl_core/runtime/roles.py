@@ -65,7 +65,7 @@ def make_scheduler(context: RoleContext) -> Scheduler:
     import torch
 
     from minisgl_core.engine.engine import Engine, EngineConfig
-    from minisgl_core.model_lookup import model_class
+    from minisgl_core.plugin.model_lookup import model_class
 
     spec = context.spec
     cls = model_class(context.models, spec.model_dir)

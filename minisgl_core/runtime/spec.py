@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from minisgl_core.registry import Registry
+    from minisgl_core.plugin.registry import Registry
 
 RoleName = Literal["tokenizer", "detokenizer", "scheduler"]
 

@@ -24,7 +24,7 @@ def worker_main(spec: WorkerSpec) -> None:
     _set_title(f"minisgl::{spec.name}")
     logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
                         format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
-    from minisgl_core.plugins import build_manager, collect
+    from minisgl_core.plugin.loading import build_manager, collect
 
     pm = build_manager(autoload=False, extra=list(spec.plugin_modules))
     registries = collect(pm)
@@ -46,7 +46,7 @@ def run_role(spec: WorkerSpec, registries: Any, transport: Any, pm: Any = None) 
     ``pm`` is given in a process of the worker's own: the plugins' ``minisgl_configure`` and
     ``minisgl_unconfigure`` then run first and last, with the role as the process name.
     """
-    from minisgl_core.plugins import configure, unconfigure
+    from minisgl_core.plugin.loading import configure, unconfigure
 
     control = transport.push(spec.endpoints.control)
 

@@ -57,7 +57,7 @@ class RoleContractBase:
         """A new instance of the role under test, built through the plugin registries."""
         from minisgl_core.config import LaunchConfig
         from minisgl_core.launcher import max_context
-        from minisgl_core.plugins import build_manager, collect
+        from minisgl_core.plugin.loading import build_manager, collect
         from minisgl_core.runtime.spec import Endpoints, RoleContext, WorkerSpec
 
         pm = build_manager(autoload=self.plugins is None, extra=list(self.plugins or ()))

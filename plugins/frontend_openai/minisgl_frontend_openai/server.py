@@ -35,8 +35,8 @@ def _tokenizer_loader(model: str | None, client: EngineClient) -> Callable[[], A
     """Load the served model's TokenizerRole (for /tokenize); called once, on first use."""
 
     def load() -> Any:
-        from minisgl_core.model_lookup import resolve_model
-        from minisgl_core.plugins import build_manager
+        from minisgl_core.plugin.loading import build_manager
+        from minisgl_core.plugin.model_lookup import resolve_model
         from minisgl_core.text.tokenize import TokenizerRole
 
         # resolved as the launcher did, through the plugins' resolvers (a cached directory)

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from minisgl_core import __version__, hookspecs
+from minisgl_core import __version__
 from minisgl_core.default_plugins import DEFAULT_PLUGINS
-from minisgl_core.plugin_manager import Broken, MinisglPluginManager, Origin, PluginLoadError
-from minisgl_core.registry import Registries, Registry
+from minisgl_core.plugin import hookspecs
+from minisgl_core.plugin.manager import Broken, MinisglPluginManager, Origin, PluginLoadError
+from minisgl_core.plugin.registry import Registries, Registry
 
 if TYPE_CHECKING:
     from minisgl_core.config import LaunchConfig

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minisgl_core.engine.weights import ModelNotFoundError
-from minisgl_core.registry import RegistryError
+from minisgl_core.plugin.registry import RegistryError
 
 if TYPE_CHECKING:
     import pluggy
 
-    from minisgl_core.registry import Registry
+    from minisgl_core.plugin.registry import Registry
 
 
 def resolve_model(pm: pluggy.PluginManager, spec: str | None) -> str:
@@ -72,7 +72,7 @@ class ResolvedModel:
 
 def resolve(spec: str | None = None, pm: pluggy.PluginManager | None = None) -> ResolvedModel:
     """Directory and class of ``spec`` through ``pm``'s plugins (a new manager when None)."""
-    from minisgl_core.plugins import build_manager, collect
+    from minisgl_core.plugin.loading import build_manager, collect
 
     pm = pm if pm is not None else build_manager()
     path = resolve_model(pm, spec)

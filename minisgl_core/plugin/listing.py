@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from minisgl_core import __version__
-from minisgl_core.plugins import CORE_DIST, MinisglPluginManager
-from minisgl_core.registry import Registries
+from minisgl_core.plugin.loading import CORE_DIST, MinisglPluginManager
+from minisgl_core.plugin.registry import Registries
 
 
 @dataclass(frozen=True)

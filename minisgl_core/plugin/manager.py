@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pluggy
 
-from minisgl_core import hookspecs
+from minisgl_core.plugin import hookspecs
 
 
 class PluginLoadError(Exception):
