@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from minisgl_core.messages import SamplingParams
+from minisgl_core.sampling import SamplingParams
 
 __version__ = "0.1.0"
 

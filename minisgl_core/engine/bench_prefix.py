@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from minisgl_core.bench.results import percentile
-from minisgl_core.messages import SamplingParams
+from minisgl_core.sampling import SamplingParams
 
 ARRIVALS = ("sequential", "burst")
 _SENTENCES = (

@@ -31,7 +31,7 @@ from minisgl_core.engine.request import (
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
 from minisgl_core.engine.weights import Checkpoint, model_name_of
-from minisgl_core.messages import SamplingParams, TokenLogprob
+from minisgl_core.sampling import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from minisgl_core.engine.parallel import TensorParallel

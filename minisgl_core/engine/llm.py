@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
-from minisgl_core.messages import SamplingParams, TokenLogprob
+from minisgl_core.sampling import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from minisgl_core.engine.tp_local import LocalGroup
