@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from minisgl_core.messages import GenerateRequest, TextDelta
+from minisgl_core.wire.schema import GenerateRequest, TextDelta
 
 
 class EngineUnavailable(Exception):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from minisgl_core.messages import (
+    from minisgl_core.wire.schema import (
         GenerateRequest,
         PromptLogprobs,
         SamplingParams,

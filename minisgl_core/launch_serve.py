@@ -11,10 +11,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from minisgl_core import codec
 from minisgl_core.interfaces import ChannelClosed
-from minisgl_core.messages import Fatal, Stats
 from minisgl_core.plugin.loading import configure, unconfigure
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import Fatal, Stats
 
 log = logging.getLogger("minisgl")
 

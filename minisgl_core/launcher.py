@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minisgl_core import codec
-from minisgl_core.messages import Fatal, Ready, Shutdown, Stats
 from minisgl_core.rundir import make_run_dir
 from minisgl_core.runtime.spec import Endpoints, WorkerSpec
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import Fatal, Ready, Shutdown, Stats
 
 log = logging.getLogger("minisgl")
 

@@ -34,7 +34,7 @@ class OfflineEngine:
         return list(tok.encode(text, add_special_tokens=False))
 
     def _batch(self, ids: range, n_tokens: int) -> list[Record]:
-        from minisgl_core.messages import SamplingParams
+        from minisgl_core.wire.schema import SamplingParams
 
         sp = SamplingParams(max_tokens=n_tokens, temperature=0.0, ignore_eos=True)
         start = time.perf_counter()

@@ -71,7 +71,7 @@ def perplexity(engine: Any, ids: Sequence[int]) -> float:
 def greedy_chats(engine: Any, chats: Sequence[str], max_tokens: int,
                  ignore_eos: bool = True) -> list[list[int]]:
     """Each chat's greedy continuation, all chats batched together."""
-    from minisgl_core.messages import SamplingParams
+    from minisgl_core.wire.schema import SamplingParams
 
     tok = engine.tokenizer
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)

@@ -70,7 +70,7 @@ def _peak_rss_mib() -> float:
 
 def run_engine(engine: Any, prompts: list[list[int]], max_tokens: int) -> tuple[float, int]:
     """Seconds to finish every prompt (added at once) and the tokens produced."""
-    from minisgl_core.messages import SamplingParams
+    from minisgl_core.wire.schema import SamplingParams
 
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     start = time.perf_counter()

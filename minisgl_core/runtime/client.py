@@ -11,10 +11,10 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core import codec
 from minisgl_core.client import EngineOverloaded, EngineUnavailable
 from minisgl_core.interfaces import ChannelClosed
-from minisgl_core.messages import (
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import (
     Abort,
     ErrorInfo,
     GenerateRequest,

@@ -8,9 +8,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from minisgl_core import codec
 from minisgl_core.interfaces import ChannelClosed, Receiver, Scheduler, Sender, StepResult
-from minisgl_core.messages import (
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import (
     Abort,
     DetokenizeInfo,
     ErrorInfo,

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from minisgl_core import codec
 from minisgl_core.interfaces import ChannelClosed, Detokenizer, Receiver, Sender, Tokenizer
-from minisgl_core.messages import (
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import (
     Abort,
     GenerateRequest,
     Message,

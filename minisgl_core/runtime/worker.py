@@ -10,9 +10,9 @@ import sys
 import traceback
 from typing import Any
 
-from minisgl_core import codec
-from minisgl_core.messages import Fatal, Message, Ready
 from minisgl_core.runtime.spec import RoleContext, WorkerSpec
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import Fatal, Message, Ready
 
 log = logging.getLogger(__name__)
 

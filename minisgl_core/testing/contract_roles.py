@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pytest
 
 from minisgl_core.interfaces import Detokenizer, Tokenizer
-from minisgl_core.messages import (
+from minisgl_core.wire.schema import (
     ChatMessage,
     DetokenizeInfo,
     ErrorInfo,

@@ -16,7 +16,7 @@ from minisgl_core.testing.service import free_port
 def _generate(engine: Any, prompts: Sequence[Sequence[int]],
               max_tokens: int) -> tuple[list[list[int]], float]:
     """Greedy tokens of every prompt (one batch) and the seconds it took."""
-    from minisgl_core.messages import SamplingParams
+    from minisgl_core.wire.schema import SamplingParams
 
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     start = time.perf_counter()

@@ -10,7 +10,7 @@ from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.kernel_choice import candidates
 from minisgl_core.engine.linear import Linear, bucket_of
 from minisgl_core.engine.quant import int8_kernels, quantize_weight
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 PROMPTS = [[5, 9, 13, 2, 7, 30, 11], [3, 4], [8, 1, 6, 21, 17]]
 

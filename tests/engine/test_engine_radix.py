@@ -9,7 +9,7 @@ import pytest
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.kv_cache import PageAllocator
 from minisgl_core.engine.radix_cache import Node, RadixCache
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from minisgl_core.client import EngineOverloaded, EngineUnavailable
-from minisgl_core.messages import ErrorInfo, GenerateRequest, TextDelta
+from minisgl_core.wire.schema import ErrorInfo, GenerateRequest, TextDelta
 
 SCENARIO_TIMEOUT_S = 30.0
 

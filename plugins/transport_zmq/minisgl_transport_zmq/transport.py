@@ -19,7 +19,7 @@ import zmq
 
 from minisgl_core.interfaces import AddressInUse, ChannelClosed
 from minisgl_core.rundir import claim_ipc_path, ipc_endpoint, ipc_path
-from minisgl_core.transport_util import TransportOptions
+from minisgl_core.wire.transport_util import TransportOptions
 from minisgl_transport_zmq.channel import (
     BIND_LOCK,
     ZmqReceiver,

@@ -1,6 +1,6 @@
 """Wire codec: messages <-> msgpack bytes, decoded against the receiving channel's tagged union.
 
-``encode`` turns any message of ``minisgl_core.messages`` into bytes; each inbound channel has a
+``encode`` turns any message of ``minisgl_core.wire.schema`` into bytes; each inbound channel has a
 typed decoder (``decode_tokenizer``, ``decode_scheduler`` ...) that accepts only that channel's
 union. Anything else, garbage bytes, unknown tags, wrong field types, invalid SamplingParams,
 raises ``DecodeError`` and nothing else, so a receiving loop can log and drop a bad message with
@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar, get_args
 
 import msgspec
 
-from minisgl_core import messages as m
+from minisgl_core.wire import schema as m
 
 __all__ = [
     "ChannelDecoder",
