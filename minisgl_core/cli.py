@@ -111,7 +111,7 @@ def launch(
         validate(cfg, state(ctx).regs)
     except RegistryError as exc:
         raise fail(str(exc)) from None
-    run = lazy_entry("minisgl_core.launcher:launch", "the service")
+    run = lazy_entry("minisgl_core.service.launcher:launch", "the service")
     raise typer.Exit(int(run(cfg, pm=state(ctx).pm) or 0))
 
 

@@ -113,7 +113,7 @@ OptionsTable = Mapping[str, Any]
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """The tokenizer role (``--tokenizer NAME``), driven by ``runtime.text_loops.run_tokenizer``."""
+    """The tokenizer role (``--tokenizer NAME``), driven by ``service.text_loops.run_tokenizer``."""
 
     def tokenize(self, request: GenerateRequest) -> TokenizedRequest:
         """One request in, one out; never raises: a bad request comes back with ``error`` set."""
@@ -182,7 +182,7 @@ class SchedulerStats(Protocol):
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """The scheduler role (``--scheduler NAME``), driven by ``runtime.scheduler.SchedulerLoop``.
+    """The scheduler role (``--scheduler NAME``), driven by ``service.scheduler_loop``.
 
     ``add_request`` raises for a request that can never run, with ``code`` and ``message``
     attributes when it is the client's fault (``engine.request.RequestRejected``).

@@ -11,8 +11,8 @@ import pytest
 
 from minisgl_core import hookimpl
 from minisgl_core.config import LaunchConfig
-from minisgl_core.launcher import LaunchError, start_service
 from minisgl_core.plugin.loading import build_manager, collect
+from minisgl_core.service.launcher import LaunchError, start_service
 from minisgl_core.testing.tiny import make_tiny_model
 from minisgl_core.wire.schema import GenerateRequest, SamplingParams
 

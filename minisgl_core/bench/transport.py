@@ -33,7 +33,7 @@ from minisgl_core.bench.transport_peer import (
     queue_peer_process,
 )
 from minisgl_core.interfaces import Receiver, Sender
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.service.rundir import private_run_dir
 
 DEFAULT_SIZES = (64, 1024, 64 * 1024, 1024 * 1024)
 BASELINE = "mp.Queue"

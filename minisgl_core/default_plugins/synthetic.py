@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.runtime.spec import RoleContext
+from minisgl_core.service.spec import RoleContext
 from minisgl_core.wire.schema import PromptLogprobs, SamplingParams, TokenLogprob
 
 DEFAULT_PAGE_SIZE = 16

@@ -14,7 +14,7 @@ from typing import Any
 
 from minisgl_core.engine.config import EngineConfig, threads_per_rank
 from minisgl_core.engine.engine import Engine
-from minisgl_core.ports import free_port
+from minisgl_core.service.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class LocalGroup:
 def _start_follower(config: EngineConfig, rank: int, size: int, port: int, threads: int,
                     timeout_s: float, plugin_modules: tuple[str, ...]) -> subprocess.Popen[bytes]:
     from minisgl_core.engine.tp_rank import local_device
-    from minisgl_core.runtime.worker import die_with_parent
+    from minisgl_core.service.worker import die_with_parent
 
     cmd = [sys.executable, "-m", "minisgl_core", "tp-worker", "--rank", str(rank),
            "--tp", str(size), "--dist-addr", ADDR, "--dist-port", str(port),

@@ -71,7 +71,7 @@ def minisgl_register_roles(register: RoleRegister) -> None:
     ``kind`` is "tokenizer", "detokenizer" or "scheduler"; the launch selects one name per kind
     (``--tokenizer``/``--detokenizer``/``--scheduler``, ``[roles]``, default hf, hf,
     continuous) and checks it before anything starts. Called in every process; the process that
-    runs a role calls ``factory(context)`` with a ``minisgl_core.runtime.spec.RoleContext``
+    runs a role calls ``factory(context)`` with a ``minisgl_core.service.spec.RoleContext``
     (its WorkerSpec, its ``[roles.<kind>.<name>]`` options table, the model registry) and gets
     an object satisfying ``interfaces.Tokenizer``, ``Detokenizer`` or ``Scheduler``. The
     return value of the hook is ignored.

@@ -183,7 +183,7 @@ def test_lru_order_prefers_the_least_recently_used_leaf() -> None:
 
 
 def test_scheduler_stats_report_cached_pages_and_hits(make_engine) -> None:
-    from minisgl_core.runtime.scheduler import SchedulerLoop
+    from minisgl_core.service.scheduler_loop import SchedulerLoop
 
     engine = make_engine("llama", page_size=4)
     prompt = list(range(3, 30))

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.runtime.spec import RoleContext
+from minisgl_core.service.spec import RoleContext
 from minisgl_core.wire.schema import ChatMessage, GenerateRequest, TokenizedRequest
 
 CASES = ("upper", "lower")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import minisgl_transport_loopback
 
 from minisgl_core.plugin.loading import build_manager, collect
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.service.rundir import private_run_dir
 from minisgl_core.testing import TokenizerContract, TransportContract
 
 

@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from minisgl_core.client import EngineClient, EngineOverloaded, EngineUnavailable
+from minisgl_core.engine_client import EngineClient, EngineOverloaded, EngineUnavailable
 from minisgl_core.wire.schema import TextDelta
 from minisgl_frontend_grpc.codegen import load_stubs
 from minisgl_frontend_grpc.convert import RequestError, status_for_error, to_core_request

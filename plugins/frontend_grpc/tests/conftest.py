@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
-from minisgl_core.client import EngineOverloaded, EngineUnavailable
+from minisgl_core.engine_client import EngineOverloaded, EngineUnavailable
 from minisgl_core.wire.schema import ErrorInfo, GenerateRequest, TextDelta
 
 SCENARIO_TIMEOUT_S = 30.0

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from minisgl_core import __version__
-from minisgl_core.client import EngineClient
+from minisgl_core.engine_client import EngineClient
 from minisgl_core.wire.schema import GenerateRequest
 from minisgl_frontend_openai.echo import completion_format
 from minisgl_frontend_openai.errors import APIError, bad_request

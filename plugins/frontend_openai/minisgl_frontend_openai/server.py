@@ -15,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from minisgl_core.client import EngineClient
+from minisgl_core.engine_client import EngineClient
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 from minisgl_frontend_openai.ui import add_ui
 

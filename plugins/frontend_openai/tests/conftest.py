@@ -20,7 +20,7 @@ import httpx
 import pytest
 from minisgl_frontend_openai.server import OpenAIFrontend
 
-from minisgl_core.client import EngineOverloaded, EngineUnavailable
+from minisgl_core.engine_client import EngineOverloaded, EngineUnavailable
 from minisgl_core.wire.schema import ErrorInfo, GenerateRequest, TextDelta, TextLogprob
 
 WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta")

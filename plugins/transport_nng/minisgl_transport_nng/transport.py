@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import pynng
 
 from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.rundir import ipc_endpoint
+from minisgl_core.service.rundir import ipc_endpoint
 from minisgl_core.wire.transport_util import TransportOptions, check_size
 
 _NNG_MAX_BUFFER = 8192  # nng refuses larger send/recv buffer sizes

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.rundir import make_run_dir
-from minisgl_core.runtime.spec import Endpoints, WorkerSpec
+from minisgl_core.service.rundir import make_run_dir
+from minisgl_core.service.spec import Endpoints, WorkerSpec
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Ready, Shutdown, Stats
 
@@ -103,7 +103,7 @@ class Service:
 def start_service(config: Any, registries: Any, model_dir: str, *,
                   plugin_modules: tuple[str, ...] = ()) -> Service:
     """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
-    from minisgl_core.runtime.client import TransportEngineClient
+    from minisgl_core.service.transport_client import TransportEngineClient
 
     context = max_context(model_dir, config.max_seq_len_override)
     name = config.transport
@@ -144,7 +144,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
 
 
 def _spawn(specs: list[WorkerSpec], transport: Any, registries: Any) -> list[Worker]:
-    from minisgl_core.runtime.worker import run_role, worker_main
+    from minisgl_core.service.worker import run_role, worker_main
 
     workers = []
     if transport.multiprocess:
@@ -220,7 +220,7 @@ def _tp_config(config: Any, transport: Any) -> Any:
         return config
     import dataclasses
 
-    from minisgl_core.ports import free_port
+    from minisgl_core.service.ports import free_port
 
     return dataclasses.replace(config, dist_port=free_port(config.dist_addr))
 
@@ -242,9 +242,9 @@ def launch(config: Any, pm: Any = None) -> int:
 
     ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
     """
-    from minisgl_core.launch_serve import serve_forever
     from minisgl_core.plugin.loading import build_manager, collect
     from minisgl_core.plugin.model_lookup import ModelNotFoundError, resolve_model
+    from minisgl_core.service.serve import serve_forever
 
     logging.basicConfig(level=config.log_level.upper(),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

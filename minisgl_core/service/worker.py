@@ -10,7 +10,7 @@ import sys
 import traceback
 from typing import Any
 
-from minisgl_core.runtime.spec import RoleContext, WorkerSpec
+from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Message, Ready
 
@@ -76,8 +76,8 @@ def run_role(spec: WorkerSpec, registries: Any, transport: Any, pm: Any = None) 
 
 
 def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None:
-    from minisgl_core.runtime.scheduler import SchedulerLoop
-    from minisgl_core.runtime.text_loops import run_detokenizer, run_tokenizer
+    from minisgl_core.service.scheduler_loop import SchedulerLoop
+    from minisgl_core.service.text_loops import run_detokenizer, run_tokenizer
 
     # the role selected by --tokenizer/--detokenizer/--scheduler, with its [roles.<kind>.<name>]
     name = spec.config.role_name(spec.role)

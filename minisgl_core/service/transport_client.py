@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.client import EngineOverloaded, EngineUnavailable
+from minisgl_core.engine_client import EngineOverloaded, EngineUnavailable
 from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import (

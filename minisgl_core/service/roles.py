@@ -1,6 +1,6 @@
 """Factories of the core's own roles: the HF tokenizer and detokenizer, the continuous scheduler.
 
-Each is called as ``factory(context)`` with a ``runtime.spec.RoleContext``; heavy imports stay
+Each is called as ``factory(context)`` with a ``service.spec.RoleContext``; heavy imports stay
 inside, so that a process imports only what its own role needs.
 """
 
@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from minisgl_core.runtime.spec import RoleContext
+from minisgl_core.service.spec import RoleContext
 
 if TYPE_CHECKING:
     from minisgl_core.interfaces import Detokenizer, Scheduler, Tokenizer
