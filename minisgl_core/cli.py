@@ -133,7 +133,7 @@ def tp_worker(
         model = resolve(model, state(ctx).pm)
     except ModelNotFoundError as exc:
         raise fail(str(exc), 1) from None
-    run = lazy_entry("minisgl_core.engine.tp_rank:worker_command", "tensor parallelism")
+    run = lazy_entry("minisgl_core.service.tp_worker:worker_command", "tensor parallelism")
     run(model.path, model.model_class, rank, tp, dist_addr, dist_port, device=device,
         num_threads=num_threads, timeout_s=timeout)
 
@@ -207,7 +207,7 @@ def bench_offline(
         if q not in ("fp32", "none", "int8"):
             raise fail(f'--quantization must be fp32 or int8, got "{q}"')
         chosen.append(None if q in ("fp32", "none") else q)
-    run = lazy_entry("minisgl_core.engine.bench:main", "the offline benchmark")
+    run = lazy_entry("minisgl_core.bench.engine_vs_hf:main", "the offline benchmark")
     run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_,
         tp=tp, quantization=chosen, profile=profile, ceilings=ceilings, repeat=repeat,
         threads=threads)

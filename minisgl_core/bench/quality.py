@@ -101,7 +101,7 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
 
     import torch
 
-    from minisgl_core.engine.bench import PROMPTS
+    from minisgl_core.bench.engine_vs_hf import PROMPTS
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
     from minisgl_core.engine.weights import resolve_model

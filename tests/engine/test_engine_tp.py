@@ -91,9 +91,9 @@ def test_local_group_fails_fast_when_a_follower_exits(tiny_models: dict[str, Pat
     import sys
     import time
 
-    from minisgl_core.engine import tp_local
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.plugin.model_lookup import resolve
+    from minisgl_core.service import tp_local
 
     def broken_follower(*_: object) -> subprocess.Popen[bytes]:  # a rank that dies at start
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])

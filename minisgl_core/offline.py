@@ -12,7 +12,7 @@ from minisgl_core.engine.engine import Engine
 from minisgl_core.sampling import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
-    from minisgl_core.engine.tp_local import LocalGroup
+    from minisgl_core.service.tp_local import LocalGroup
 
 Prompt = str | Sequence[int]
 
@@ -67,7 +67,7 @@ class LLM:
         if tp == 1:
             self.engine = Engine(config, resolved.model_class)
         else:
-            from minisgl_core.engine.tp_local import LocalGroup
+            from minisgl_core.service.tp_local import LocalGroup
 
             self._group = LocalGroup(config, resolved.model_class, tp,
                                      plugin_modules=tuple(loaded_module_names(pm)))

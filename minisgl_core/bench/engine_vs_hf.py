@@ -134,7 +134,7 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
             if tp == 1:
                 engines[q or "fp32"] = Engine(config, resolved.model_class)
                 continue
-            from minisgl_core.engine.tp_local import LocalGroup
+            from minisgl_core.service.tp_local import LocalGroup
 
             group = LocalGroup(config, resolved.model_class, tp)
             stack.callback(group.close)
