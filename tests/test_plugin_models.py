@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minisgl_core import hookimpl
-from minisgl_core.config import LaunchConfig
+from minisgl_core.config.launch import LaunchConfig
 from minisgl_core.plugin.loading import build_manager, collect
 from minisgl_core.service.launcher import LaunchError, start_service
 from minisgl_core.testing.tiny import make_tiny_model

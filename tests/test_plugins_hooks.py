@@ -12,8 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 from minisgl_core import hookimpl
-from minisgl_core.cli import make_app
-from minisgl_core.config import LaunchConfig
+from minisgl_core.cli.app import make_app
+from minisgl_core.config.launch import LaunchConfig
 from minisgl_core.plugin import hookspecs
 from minisgl_core.plugin.loading import collect, configure, unconfigure
 from minisgl_core.plugin.model_lookup import resolve_model

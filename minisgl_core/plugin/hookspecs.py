@@ -20,7 +20,7 @@ import pluggy
 if TYPE_CHECKING:
     import typer
 
-    from minisgl_core.config import LaunchConfig
+    from minisgl_core.config.launch import LaunchConfig
 
 hookspec = pluggy.HookspecMarker("minisgl")
 

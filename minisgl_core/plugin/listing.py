@@ -69,7 +69,7 @@ def as_table(rows: Sequence[PluginRow]) -> str:
 
 def roles_table(regs: Registries) -> str:
     """The role implementations by kind, as ``minisgl plugins`` prints them under the table."""
-    from minisgl_core.config_roles import DEFAULT_ROLES
+    from minisgl_core.config.roles import DEFAULT_ROLES
 
     cells = [("role", "name", "plugin")]
     for kind in regs.roles.kinds():

@@ -26,7 +26,7 @@ from minisgl_core.plugin.manager import Broken, MinisglPluginManager, Origin, Pl
 from minisgl_core.plugin.registry import Registries, Registry
 
 if TYPE_CHECKING:
-    from minisgl_core.config import LaunchConfig
+    from minisgl_core.config.launch import LaunchConfig
 
 ENTRY_POINT_GROUP = "minisgl"
 CORE_DIST = "minisgl-core"

@@ -55,7 +55,7 @@ class RoleContractBase:
 
     def build(self, model_dir: str, **config: Any) -> Any:
         """A new instance of the role under test, built through the plugin registries."""
-        from minisgl_core.config import LaunchConfig
+        from minisgl_core.config.launch import LaunchConfig
         from minisgl_core.plugin.loading import build_manager, collect
         from minisgl_core.service.launcher import max_context
         from minisgl_core.service.spec import Endpoints, RoleContext, WorkerSpec

@@ -10,7 +10,7 @@ from pathlib import Path
 from minisgl_frontend_grpc import codegen
 from typer.testing import CliRunner
 
-from minisgl_core.cli import make_app
+from minisgl_core.cli.app import make_app
 from minisgl_core.plugin.loading import build_manager, collect
 
 PLUGIN = "minisgl_frontend_grpc"

@@ -72,7 +72,7 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
 
 def plugin_rows() -> list[dict[str, Any]]:
     """Installed plugins with their versions, as ``minisgl plugins`` lists them."""
-    from minisgl_core.cli_common import Plugins
+    from minisgl_core.cli.common import Plugins
 
     try:
         rows = Plugins().rows()

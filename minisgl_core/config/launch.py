@@ -3,7 +3,7 @@
 The file form (TOML, ``minisgl config show``) and the ``-s`` keys are the same: top-level keys are
 the core settings; ``frontend`` lists the frontends to run; ``[transports.<name>]``,
 ``[frontends.<name>]`` and ``[plugins.<name>]`` are free-form tables handed to their owners;
-``[roles]`` picks the tokenizer, detokenizer and scheduler (see ``config_roles``).
+``[roles]`` picks the tokenizer, detokenizer and scheduler (see ``config.roles``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from minisgl_core import config_roles
+from minisgl_core.config import roles as config_roles
 from minisgl_core.plugin.registry import suggest
 
 DTYPES = ("float32", "float16", "bfloat16")

@@ -13,7 +13,7 @@ import typer.main
 from minisgl_core import __version__
 from minisgl_core.bench.compare import compare_command
 from minisgl_core.bench.serve import serve_command
-from minisgl_core.cli_common import (
+from minisgl_core.cli.common import (
     ConfigOpt,
     JsonOpt,
     Plugins,
@@ -22,8 +22,8 @@ from minisgl_core.cli_common import (
     lazy_entry,
     state,
 )
-from minisgl_core.config import ConfigError, LaunchConfig, load_config
-from minisgl_core.config_dump import to_json, to_toml
+from minisgl_core.config.dump import to_json, to_toml
+from minisgl_core.config.launch import ConfigError, LaunchConfig, load_config
 from minisgl_core.plugin.listing import as_json, as_table, roles_table
 from minisgl_core.plugin.loading import (
     MinisglPluginManager,

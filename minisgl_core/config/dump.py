@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from minisgl_core.config import TABLES, LaunchConfig
+from minisgl_core.config.launch import TABLES, LaunchConfig
 
 
 def to_json(config: LaunchConfig) -> str:
