@@ -1,2 +1,2 @@
-"""The wire layer: the message schema (msgspec Structs, one tagged union per channel), its
-codec, and the helpers transports share."""
+"""The wire layer: the message schema (msgspec Structs, one tagged union per channel) and its
+codec."""
