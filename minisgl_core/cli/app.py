@@ -68,7 +68,8 @@ def launch(
         help="NAME[,ALIAS...]: the names clients use in `model` (the first is reported).")] = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (OpenAI frontend).")] = None,
-    grpc_port: Annotated[int | None, typer.Option(help="gRPC port.")] = None,
+    grpc_port: Annotated[int | None, typer.Option(
+        help="gRPC port: shorthand for -s frontends.grpc.port=P.")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32, float16 or bfloat16.")] = None,
     num_pages: Annotated[int | None, typer.Option(help="KV cache pages.")] = None,
     page_size: Annotated[int | None, typer.Option(help="Tokens per KV page.")] = None,
@@ -99,14 +100,16 @@ def launch(
     flags = {
         "transport": transport, "frontends": ",".join(frontend) if frontend else None,
         "model": model, "served_model_name": served_model_name, "host": host, "port": port,
-        "grpc_port": grpc_port, "dtype": dtype,
+        "dtype": dtype,
         "num_pages": num_pages, "page_size": page_size,
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
     }
-    cfg = _load(config, flags, set_)
+    # a frontend's own flags are shorthands for its [frontends.<name>] table, below -s
+    shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []
+    cfg = _load(config, flags, [*shorthands, *(set_ or [])])
     try:
         validate(cfg, state(ctx).regs)
     except RegistryError as exc:

@@ -47,8 +47,7 @@ class LaunchConfig:
     model: str | None = None  # None = the default model
     served_model_name: tuple[str, ...] = ()  # names clients may use (the first is reported)
     host: str = "127.0.0.1"
-    port: int = 8000
-    grpc_port: int = 50051
+    port: int = 8000  # the HTTP port; other frontends' settings live in [frontends.<name>]
     dtype: str = "float32"
     device: str = "cpu"
     num_pages: int | None = None
@@ -93,7 +92,7 @@ class LaunchConfig:
             return "frontend must name at least one frontend"
         if len(set(self.frontends)) != len(self.frontends):
             return f"frontend lists a frontend twice: {', '.join(self.frontends)}"
-        for name in ("port", "grpc_port", "dist_port"):
+        for name in ("port", "dist_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 return f"{name} must be in 0..65535, got {getattr(self, name)}"
         for name in ("num_pages", "page_size", "max_seq_len_override", "max_running_requests",

@@ -11,12 +11,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minisgl_core.service.rundir import make_run_dir
 from minisgl_core.service.spec import Endpoints, WorkerSpec
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Ready, Shutdown, Stats
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.interfaces import Transport
+    from minisgl_core.plugin.manager import MinisglPluginManager
+    from minisgl_core.plugin.registry import Registries
 
 log = logging.getLogger("minisgl")
 
@@ -52,8 +58,8 @@ class Worker:
 class Service:
     """A started engine (workers up and ready) and the clients frontends use to reach it."""
 
-    config: Any
-    transport: Any
+    config: LaunchConfig
+    transport: Transport
     run_dir: Path
     endpoints: Endpoints
     workers: list[Worker]
@@ -100,7 +106,7 @@ class Service:
         log.info("all workers stopped")
 
 
-def start_service(config: Any, registries: Any, model_dir: str, *,
+def start_service(config: LaunchConfig, registries: Registries, model_dir: str, *,
                   plugin_modules: tuple[str, ...] = ()) -> Service:
     """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
     from minisgl_core.service.transport_client import TransportEngineClient
@@ -143,7 +149,7 @@ def start_service(config: Any, registries: Any, model_dir: str, *,
     return service
 
 
-def _spawn(specs: list[WorkerSpec], transport: Any, registries: Any) -> list[Worker]:
+def _spawn(specs: list[WorkerSpec], transport: Transport, registries: Registries) -> list[Worker]:
     from minisgl_core.service.worker import run_role, worker_main
 
     workers = []
@@ -209,7 +215,7 @@ def _pending_fatal(service: Service) -> str | None:
     return None
 
 
-def _tp_config(config: Any, transport: Any) -> Any:
+def _tp_config(config: LaunchConfig, transport: Transport) -> LaunchConfig:
     """Check tensor-parallel settings; pick a free dist_port when it is 0 (all ranks local)."""
     if config.tp == 1:
         return config
@@ -237,7 +243,7 @@ def max_context(model_dir: str, override: int | None) -> int:
     return min(limit, override) if override else limit
 
 
-def launch(config: Any, pm: Any = None) -> int:
+def launch(config: LaunchConfig, pm: MinisglPluginManager | None = None) -> int:
     """Run the service until SIGINT/SIGTERM or a worker's death; return the exit code.
 
     ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
@@ -263,7 +269,7 @@ def launch(config: Any, pm: Any = None) -> int:
     return serve_forever(service, registries, pm)
 
 
-def _plugin_modules(pm: Any) -> list[str]:
+def _plugin_modules(pm: MinisglPluginManager) -> list[str]:
     from minisgl_core.plugin import loading as plugins
 
     return list(plugins.loaded_module_names(pm))

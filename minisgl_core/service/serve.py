@@ -9,12 +9,17 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.plugin.loading import configure, unconfigure
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Stats
+
+if TYPE_CHECKING:
+    from minisgl_core.plugin.manager import MinisglPluginManager
+    from minisgl_core.plugin.registry import Registries
+    from minisgl_core.service.launcher import Service
 
 log = logging.getLogger("minisgl")
 
@@ -22,7 +27,7 @@ DEATH_GRACE_S = 0.5  # time for error events to reach clients before the server 
 SUPERVISE_INTERVAL_S = 0.1
 
 
-def serve_forever(service: Any, registries: Any, pm: Any) -> int:
+def serve_forever(service: Service, registries: Registries, pm: MinisglPluginManager) -> int:
     """Serve until a signal or a worker's death; stop everything; return the exit code."""
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
@@ -43,7 +48,7 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-async def _serve(service: Any, registries: Any, pm: Any) -> int:
+async def _serve(service: Service, registries: Registries, pm: MinisglPluginManager) -> int:
     config = service.config
     stop = asyncio.Event()
     failure: list[str] = []
@@ -54,16 +59,17 @@ async def _serve(service: Any, registries: Any, pm: Any) -> int:
     for name, client in zip(config.frontends, service.clients.values(), strict=True):
         client.start()
         factory = registries.frontends.get(name)
-        frontends.append(factory(client, config, config.frontends_options.get(name, {})))
+        frontends.append(factory(client, config, config.frontend_table(name)))
     configure(pm, config, "launcher")
     tasks = [asyncio.create_task(fe.serve(), name=f"frontend:{name}")
              for fe, name in zip(frontends, config.frontends, strict=True)]
     tasks.append(asyncio.create_task(_relay_control(service, failure, stop), name="control"))
     tasks.append(asyncio.create_task(_supervise(service, failure, stop), name="supervisor"))
-    log.info("minisgl ready: plugins %s | transport %s | frontend %s | model %s (%s) | %s",
+    # each frontend logs its own address: the core knows none of them
+    log.info("minisgl ready: plugins %s | transport %s | frontend %s | model %s (%s)",
              ", ".join(service.plugin_modules) or "-", config.transport,
              ",".join(config.frontends), service.ready_info.get("model_name", "?"),
-             service.ready_info.get("max_seq_len", "?") + " tokens context", _urls(config))
+             service.ready_info.get("max_seq_len", "?") + " tokens context")
     waiter = asyncio.create_task(stop.wait())
     done, _ = await asyncio.wait([waiter, *tasks[: len(frontends)]],
                                  return_when=asyncio.FIRST_COMPLETED)
@@ -92,7 +98,7 @@ async def _serve(service: Any, registries: Any, pm: Any) -> int:
     return 0
 
 
-async def _relay_control(service: Any, failure: list[str], stop: asyncio.Event) -> None:
+async def _relay_control(service: Service, failure: list[str], stop: asyncio.Event) -> None:
     while True:
         try:
             data = await service.control.arecv()
@@ -112,7 +118,7 @@ async def _relay_control(service: Any, failure: list[str], stop: asyncio.Event) 
             stop.set()
 
 
-async def _supervise(service: Any, failure: list[str], stop: asyncio.Event) -> None:
+async def _supervise(service: Service, failure: list[str], stop: asyncio.Event) -> None:
     while not stop.is_set():
         for worker in service.workers:
             if not worker.alive():
@@ -123,14 +129,3 @@ async def _supervise(service: Any, failure: list[str], stop: asyncio.Event) -> N
                 return
         await asyncio.sleep(SUPERVISE_INTERVAL_S)
 
-
-def _urls(config: Any) -> str:
-    urls = []
-    for name in config.frontends:
-        if name == "openai":
-            urls.append(f"http://{config.host}:{config.port}/v1")
-        elif name == "grpc":
-            urls.append(f"grpc://{config.host}:{config.grpc_port}")
-        else:
-            urls.append(name)
-    return " ".join(urls)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
     from minisgl_core.plugin.registry import Registry
 
 RoleName = Literal["tokenizer", "detokenizer", "scheduler"]
@@ -29,7 +30,7 @@ class WorkerSpec:
     """One worker's assignment: its role, the run's endpoints and the resolved model."""
 
     role: RoleName
-    config: Any  # LaunchConfig; Any here so this module stays free of config imports
+    config: LaunchConfig
     endpoints: Endpoints
     model_dir: str
     max_context: int

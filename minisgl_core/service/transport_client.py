@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -23,6 +23,9 @@ from minisgl_core.wire.schema import (
     TextDelta,
 )
 
+if TYPE_CHECKING:
+    from minisgl_core.interfaces import Transport
+
 log = logging.getLogger(__name__)
 
 
@@ -33,7 +36,7 @@ class TransportEngineClient:
     any worker starts. One reader task drains it; each request has its own asyncio.Queue.
     """
 
-    def __init__(self, transport: Any, inbox_endpoint: str, tokenizer_endpoint: str,
+    def __init__(self, transport: Transport, inbox_endpoint: str, tokenizer_endpoint: str,
                  frontend_id: str, *, max_waiting: int = 1024) -> None:
         self._transport = transport
         self._inbox = transport.pull(inbox_endpoint, bind=True)

@@ -8,11 +8,16 @@ import os
 import signal
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Message, Ready
+
+if TYPE_CHECKING:
+    from minisgl_core.interfaces import Transport
+    from minisgl_core.plugin.manager import MinisglPluginManager
+    from minisgl_core.plugin.registry import Registries
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +45,8 @@ def worker_main(spec: WorkerSpec) -> None:
     os._exit(0 if ok else 1)
 
 
-def run_role(spec: WorkerSpec, registries: Any, transport: Any, pm: Any = None) -> bool:
+def run_role(spec: WorkerSpec, registries: Registries, transport: Transport,
+             pm: MinisglPluginManager | None = None) -> bool:
     """Build this worker's role, send Ready, run its loop; on failure send Fatal. True if clean.
 
     ``pm`` is given in a process of the worker's own: the plugins' ``minisgl_configure`` and
@@ -75,7 +81,7 @@ def run_role(spec: WorkerSpec, registries: Any, transport: Any, pm: Any = None) 
         control.close()
 
 
-def _run(spec: WorkerSpec, registries: Any, transport: Any, report: Any) -> None:
+def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report: Any) -> None:
     from minisgl_core.service.scheduler_loop import SchedulerLoop
     from minisgl_core.service.text_loops import run_detokenizer, run_tokenizer
 

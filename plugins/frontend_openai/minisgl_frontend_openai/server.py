@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import socket
 from collections.abc import Callable, Generator, Mapping
@@ -18,6 +19,8 @@ import uvicorn
 from minisgl_core.engine_client import EngineClient
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 from minisgl_frontend_openai.ui import add_ui
+
+log = logging.getLogger("minisgl.frontend.openai")
 
 OPTIONS: dict[str, Any] = {
     "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
@@ -163,5 +166,6 @@ class OpenAIFrontend:
         while not server.started:
             await asyncio.sleep(0.01)
         self._started.set()
+        log.info("OpenAI frontend listening on %s", self.url)
         if self._stop_requested:  # shutdown() raced with startup: make sure it is seen
             server.should_exit = True
