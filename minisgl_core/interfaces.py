@@ -6,7 +6,7 @@ Plugins need not subclass anything; they satisfy these Protocols, and the contra
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -91,8 +91,8 @@ class Transport(Protocol):
         """Close every channel this transport opened; idempotent."""
 
 
-# Callable[[Mapping[str, Any]], Transport]: called with its [transports.<name>] table
-TransportFactory = Any
+TransportFactory = Callable[[Mapping[str, Any]], Transport]
+"""What a transport registers: called with its ``[transports.<name>]`` table."""
 
 
 class Frontend(Protocol):

@@ -7,7 +7,7 @@ import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -17,6 +17,9 @@ from minisgl_core.engine_client import EngineClient, EngineOverloaded, EngineUna
 from minisgl_core.wire.schema import TextDelta
 from minisgl_frontend_grpc.codegen import load_stubs
 from minisgl_frontend_grpc.convert import RequestError, status_for_error, to_core_request
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
 
 pb2, pb2_grpc = load_stubs()
 
@@ -139,7 +142,8 @@ class GrpcFrontend:
     health status follows ``client.healthy()``.
     """
 
-    def __init__(self, client: EngineClient, config: Any, options: Mapping[str, Any]) -> None:
+    def __init__(self, client: EngineClient, config: LaunchConfig,
+                 options: Mapping[str, Any]) -> None:
         self._client = client
         self.host = str(getattr(config, "host", None) or DEFAULT_HOST)
         port = options.get("port", DEFAULT_PORT)

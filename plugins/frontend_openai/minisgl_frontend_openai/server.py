@@ -12,13 +12,16 @@ import logging
 import math
 import socket
 from collections.abc import Callable, Generator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from minisgl_core.engine_client import EngineClient
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 from minisgl_frontend_openai.ui import add_ui
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
 
 log = logging.getLogger("minisgl.frontend.openai")
 
@@ -57,7 +60,8 @@ class _Server(uvicorn.Server):
 class OpenAIFrontend:
     """Serves the OpenAI API for ``client`` on ``config.host``:``config.port`` (0 = any port)."""
 
-    def __init__(self, client: EngineClient, config: Any, options: Mapping[str, Any]) -> None:
+    def __init__(self, client: EngineClient, config: LaunchConfig,
+                 options: Mapping[str, Any]) -> None:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise ValueError(f"unknown option(s) for the openai frontend: {', '.join(unknown)}; "
