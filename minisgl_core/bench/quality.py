@@ -98,16 +98,18 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
          max_tokens: int = 32, json_lines: bool = False, threads: int | None = None) -> int:
     """Measure fp32 and each quantization; print a table (or JSON lines); 1 if a target fails."""
     import os
+    from pathlib import Path
 
     import torch
 
     from minisgl_core.bench.engine_vs_hf import PROMPTS
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
-    from minisgl_core.engine.weights import resolve_model
+    from minisgl_core.plugin.model_lookup import resolve
 
     torch.set_num_threads(threads or os.cpu_count() or 1)
-    path = resolve_model(model)
+    resolved = resolve(model)
+    path = Path(resolved.path)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     systems = [None, *[q for q in quantization if q is not None]]
     results: list[Quality] = []
@@ -115,7 +117,8 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
     ids: list[int] = []
     for q in systems:
         engine = Engine(EngineConfig(model=str(path), cache="naive", quantization=q,
-                                     num_threads=torch.get_num_threads()))
+                                     num_threads=torch.get_num_threads()),
+                        resolved.model_class)
         if not ids:
             ids = list(engine.tokenizer.encode(corpus_text(), add_special_tokens=False))[:tokens]
             say(f"model {path.name}: perplexity over the first {len(ids)} tokens of "
