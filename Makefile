@@ -24,15 +24,18 @@ $(STAMP): $(PROJECT_FILES) Makefile
 serve: setup
 	$(BIN)/minisgl launch --transport zmq --frontend openai
 
-# Lint, the plugin health check, then every test but the long soaks (those are `make soak`).
+# Lint, the import layering (docs/architecture.md), the plugin health check, then every test but
+# the long soaks (those are `make soak`).
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/minisgl plugins --check
 	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium here: the web page tests are skipped (apt-get install chromium)"
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # The long soak and the slow fault scenarios of tests/reliability (docs/reliability.md);
 # figures are appended to results/reliability.jsonl. `make soak SOAK_REQUESTS=5000` for more.

@@ -1,4 +1,4 @@
-"""Offline engine vs transformers generate (see minisgl_core.engine.bench); same as
+"""Offline engine vs transformers generate (see minisgl_core.bench.engine_vs_hf); same as
 ``minisgl bench offline``.
 
     python benchmarks/offline.py [--model DIR] [--batch-size 1 --batch-size 8 ...]
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from minisgl_core.engine.bench import main
+from minisgl_core.bench.engine_vs_hf import main
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

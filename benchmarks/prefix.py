@@ -1,5 +1,5 @@
 """Prefix cache on a shared-system-prompt chat workload, radix vs naive (see
-minisgl_core.engine.bench_prefix).
+minisgl_core.bench.prefix_cache).
 
     python benchmarks/prefix.py [--model DIR] [--requests 32] [--system-tokens 500] \
         [--max-tokens 8] [--arrival sequential --arrival burst] [--threads N] [--json]
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from minisgl_core.engine.bench_prefix import ARRIVALS, main
+from minisgl_core.bench.prefix_cache import ARRIVALS, main
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

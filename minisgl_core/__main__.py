@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minisgl_core.cli import main
+from minisgl_core.cli.app import main
 
 if __name__ == "__main__":
     main()

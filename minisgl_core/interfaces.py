@@ -6,12 +6,12 @@ Plugins need not subclass anything; they satisfy these Protocols, and the contra
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from minisgl_core.messages import (
+    from minisgl_core.wire.schema import (
         GenerateRequest,
         PromptLogprobs,
         SamplingParams,
@@ -91,8 +91,8 @@ class Transport(Protocol):
         """Close every channel this transport opened; idempotent."""
 
 
-# Callable[[Mapping[str, Any]], Transport]: called with its [transports.<name>] table
-TransportFactory = Any
+TransportFactory = Callable[[Mapping[str, Any]], Transport]
+"""What a transport registers: called with its ``[transports.<name>]`` table."""
 
 
 class Frontend(Protocol):
@@ -113,7 +113,7 @@ OptionsTable = Mapping[str, Any]
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """The tokenizer role (``--tokenizer NAME``), driven by ``runtime.text_loops.run_tokenizer``."""
+    """The tokenizer role (``--tokenizer NAME``), driven by ``service.text_loops.run_tokenizer``."""
 
     def tokenize(self, request: GenerateRequest) -> TokenizedRequest:
         """One request in, one out; never raises: a bad request comes back with ``error`` set."""
@@ -182,7 +182,7 @@ class SchedulerStats(Protocol):
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """The scheduler role (``--scheduler NAME``), driven by ``runtime.scheduler.SchedulerLoop``.
+    """The scheduler role (``--scheduler NAME``), driven by ``service.scheduler_loop``.
 
     ``add_request`` raises for a request that can never run, with ``code`` and ``message``
     attributes when it is the client's fault (``engine.request.RequestRejected``).

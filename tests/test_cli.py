@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from minisgl_core import __version__, hookimpl
-from minisgl_core.cli import lazy_entry, make_app
-from minisgl_core.plugins import MinisglPluginManager, build_manager
+from minisgl_core.cli.app import lazy_entry, make_app
+from minisgl_core.plugin.loading import MinisglPluginManager, build_manager
 
 runner = CliRunner()
 

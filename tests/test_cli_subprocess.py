@@ -35,7 +35,7 @@ def test_help_and_plugins_import_no_heavy_library(argv: list[str]) -> None:
     code = textwrap.dedent(
         f"""
         import json, sys
-        from minisgl_core.cli import main
+        from minisgl_core.cli.app import main
         try:
             main({argv!r})
         except SystemExit as exit:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minisgl_core import codec
-from minisgl_core import messages as m
+from minisgl_core.wire import codec
+from minisgl_core.wire import schema as m
 
 SP = m.SamplingParams(max_tokens=32, temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, seed=7,
                       stop=("\n\n", "END"), stop_token_ids=(2, 3), ignore_eos=True,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from minisgl_core.config import ConfigError, LaunchConfig, load_config
-from minisgl_core.config_dump import to_json, to_toml
+from minisgl_core.config.dump import to_json, to_toml
+from minisgl_core.config.launch import ConfigError, LaunchConfig, load_config
 
 FILE = """
 transport = "nng"

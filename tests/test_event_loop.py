@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from minisgl_core.launch_serve import event_loop_factory
+from minisgl_core.service.serve import event_loop_factory
 
 
 def test_uvloop_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

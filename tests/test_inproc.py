@@ -13,8 +13,8 @@ import pytest
 from minisgl_core.default_plugins import inproc
 from minisgl_core.default_plugins.inproc import InprocTransport
 from minisgl_core.interfaces import ChannelClosed
-from minisgl_core.plugins import build_manager, collect
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.plugin.loading import build_manager, collect
+from minisgl_core.service.rundir import private_run_dir
 from minisgl_core.testing import transports as h
 
 

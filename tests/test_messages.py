@@ -7,7 +7,7 @@ from typing import get_args
 import msgspec
 import pytest
 
-from minisgl_core import messages as m
+from minisgl_core.wire import schema as m
 
 
 def _tag(cls: type) -> str:

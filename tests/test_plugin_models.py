@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from minisgl_core import hookimpl
-from minisgl_core.config import LaunchConfig
-from minisgl_core.launcher import LaunchError, start_service
-from minisgl_core.messages import GenerateRequest, SamplingParams
-from minisgl_core.plugins import build_manager, collect
+from minisgl_core.config.launch import LaunchConfig
+from minisgl_core.plugin.loading import build_manager, collect
+from minisgl_core.service.launcher import LaunchError, start_service
 from minisgl_core.testing.tiny import make_tiny_model
+from minisgl_core.wire.schema import GenerateRequest, SamplingParams
 
 LLAMA = "minisgl_core.engine.models.llama:LlamaForCausalLM"
 

@@ -11,8 +11,8 @@ import pytest
 
 from minisgl_core import hookimpl
 from minisgl_core.default_plugins import DEFAULT_PLUGINS
-from minisgl_core.plugin_listing import describe
-from minisgl_core.plugins import PluginLoadError, build_manager, collect, loaded_module_names
+from minisgl_core.plugin.listing import describe
+from minisgl_core.plugin.loading import PluginLoadError, build_manager, collect, loaded_module_names
 from minisgl_core.testing.fixtures import minisgl_plugin_dist, minisgl_pm  # noqa: F401
 
 GOOD = textwrap.dedent(
@@ -101,7 +101,7 @@ def test_allow_list_accepts_distribution_names(minisgl_plugin_dist, monkeypatch)
 
 
 def test_unknown_hook_fails_validation_and_is_unregistered(minisgl_pm, capsys):  # noqa: F811
-    from minisgl_core.plugins import Origin, register_plugin
+    from minisgl_core.plugin.loading import Origin, register_plugin
 
     plugin = SimpleNamespace(minisgl_register_transport=hookimpl(lambda register: None))
     ok = register_plugin(minisgl_pm, plugin, Origin("typo", None, "-", "-", "extra"))
@@ -185,7 +185,7 @@ def test_spawned_process_rebuilds_from_module_names(minisgl_plugin_dist, monkeyp
     monkeypatch.setenv("MINISGL_LOAD_PLUGINS", "transport_acme")
     modules = loaded_module_names(build_manager())
     code = (
-        "import sys; from minisgl_core.plugins import build_manager, collect\n"
+        "import sys; from minisgl_core.plugin.loading import build_manager, collect\n"
         "pm = build_manager(autoload=False, extra=sys.argv[1:])\n"
         "print(collect(pm).transports.owner('acme'))\n"
     )

@@ -11,11 +11,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from minisgl_core import hookimpl, hookspecs
-from minisgl_core.cli import make_app
-from minisgl_core.config import LaunchConfig
-from minisgl_core.model_lookup import resolve_model
-from minisgl_core.plugins import collect, configure, unconfigure
+from minisgl_core import hookimpl
+from minisgl_core.cli.app import make_app
+from minisgl_core.config.launch import LaunchConfig
+from minisgl_core.plugin import hookspecs
+from minisgl_core.plugin.loading import collect, configure, unconfigure
+from minisgl_core.plugin.model_lookup import resolve_model
 from minisgl_core.testing.fixtures import minisgl_pm  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minisgl_core.registry import (
+from minisgl_core.plugin.registry import (
     DuplicateName,
     InvalidTarget,
     Registries,

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from minisgl_core import hookimpl
-from minisgl_core.cli import make_app
-from minisgl_core.config import ConfigError, LaunchConfig, load_config
-from minisgl_core.config_dump import to_toml
-from minisgl_core.plugins import build_manager
+from minisgl_core.cli.app import make_app
+from minisgl_core.config.dump import to_toml
+from minisgl_core.config.launch import ConfigError, LaunchConfig, load_config
+from minisgl_core.plugin.loading import build_manager
 
 runner = CliRunner()
 

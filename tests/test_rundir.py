@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minisgl_core.interfaces import AddressInUse
-from minisgl_core.rundir import (
+from minisgl_core.service.rundir import (
     IPC_PATH_MAX,
     check_private,
     claim_ipc_path,

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from minisgl_core.default_plugins.synthetic import SyntheticScheduler, check_options
-from minisgl_core.messages import SamplingParams
 from minisgl_core.testing.service import launch_service
+from minisgl_core.wire.schema import SamplingParams
 
 
 def run(role: SyntheticScheduler) -> dict[str, list[int]]:

@@ -85,7 +85,7 @@ def test_its_transport_frontend_and_role_serve_together(
 
     import httpx
 
-    from minisgl_core.ports import free_port
+    from minisgl_core.service.ports import free_port
     from minisgl_core.testing.service import launch_service
     from minisgl_core.testing.tiny import make_tiny_model
 

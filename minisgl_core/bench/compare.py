@@ -31,7 +31,7 @@ def say(message: str) -> None:
 
 def multiprocess_transports(names: Sequence[str] | None = None) -> list[str]:
     """Registered transports that work across processes (all of them, or those of ``names``)."""
-    from minisgl_core.plugins import build_manager, collect
+    from minisgl_core.plugin.loading import build_manager, collect
 
     regs = collect(build_manager())
     out = []
@@ -182,8 +182,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     model) there is no offline engine to compare with, and ``synthetic`` leaves the transports
     and the processes around the model as all that is measured.
     """
-    from minisgl_core.model_lookup import resolve_model
-    from minisgl_core.plugins import build_manager
+    from minisgl_core.plugin.loading import build_manager
+    from minisgl_core.plugin.model_lookup import resolve_model
 
     if repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {repeat}")
@@ -193,7 +193,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     if scheduler is not None:
         launch_args = ["--scheduler", scheduler, *launch_args]
     if scheduler is not None:  # a typo fails here, before any service starts
-        from minisgl_core.plugins import build_manager, collect
+        from minisgl_core.plugin.loading import build_manager, collect
 
         collect(build_manager()).roles.check("scheduler", scheduler)
     names = multiprocess_transports(transports)

@@ -20,7 +20,7 @@ class OfflineEngine:
                  quantization: str | None = None) -> None:
         from minisgl_core.engine.config import EngineConfig
         from minisgl_core.engine.engine import Engine
-        from minisgl_core.model_lookup import resolve
+        from minisgl_core.plugin.model_lookup import resolve
 
         resolved = resolve(model_dir)
         self.engine = Engine(EngineConfig(model=resolved.path, num_threads=os.cpu_count() or 1,
@@ -34,7 +34,7 @@ class OfflineEngine:
         return list(tok.encode(text, add_special_tokens=False))
 
     def _batch(self, ids: range, n_tokens: int) -> list[Record]:
-        from minisgl_core.messages import SamplingParams
+        from minisgl_core.wire.schema import SamplingParams
 
         sp = SamplingParams(max_tokens=n_tokens, temperature=0.0, ignore_eos=True)
         start = time.perf_counter()

@@ -26,7 +26,7 @@ def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8,
     other ops / python; with ``top`` > 0 also the ``top`` costliest other ops (name -> ms)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from minisgl_core.messages import SamplingParams
+    from minisgl_core.wire.schema import SamplingParams
 
     sp = SamplingParams(max_tokens=2 * steps + 4, temperature=0.0, ignore_eos=True)
     for i, p in enumerate(prompts):

@@ -16,7 +16,6 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 CHUNK = 512  # tokens per forward: bounds the [CHUNK, vocab] fp32 logits (100 MB for 49k)
@@ -72,7 +71,7 @@ def perplexity(engine: Any, ids: Sequence[int]) -> float:
 def greedy_chats(engine: Any, chats: Sequence[str], max_tokens: int,
                  ignore_eos: bool = True) -> list[list[int]]:
     """Each chat's greedy continuation, all chats batched together."""
-    from minisgl_core.messages import SamplingParams
+    from minisgl_core.wire.schema import SamplingParams
 
     tok = engine.tokenizer
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
@@ -99,13 +98,14 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
          max_tokens: int = 32, json_lines: bool = False, threads: int | None = None) -> int:
     """Measure fp32 and each quantization; print a table (or JSON lines); 1 if a target fails."""
     import os
+    from pathlib import Path
 
     import torch
 
-    from minisgl_core.engine.bench import PROMPTS
+    from minisgl_core.bench.engine_vs_hf import PROMPTS
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
 
     torch.set_num_threads(threads or os.cpu_count() or 1)
     resolved = resolve(model)
@@ -117,7 +117,8 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
     ids: list[int] = []
     for q in systems:
         engine = Engine(EngineConfig(model=str(path), cache="naive", quantization=q,
-                                     num_threads=torch.get_num_threads()), resolved.model_class)
+                                     num_threads=torch.get_num_threads()),
+                        resolved.model_class)
         if not ids:
             ids = list(engine.tokenizer.encode(corpus_text(), add_special_tokens=False))[:tokens]
             say(f"model {path.name}: perplexity over the first {len(ids)} tokens of "

@@ -33,7 +33,7 @@ from minisgl_core.bench.transport_peer import (
     queue_peer_process,
 )
 from minisgl_core.interfaces import Receiver, Sender
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.service.rundir import private_run_dir
 
 DEFAULT_SIZES = (64, 1024, 64 * 1024, 1024 * 1024)
 BASELINE = "mp.Queue"
@@ -126,7 +126,7 @@ def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
 
 def _plan(transports: Sequence[str] | None) -> tuple[list[tuple[str, bool]], list[str]]:
     """The (name, multiprocess) list to run, reference first, and the plugin modules to load."""
-    from minisgl_core.plugins import build_manager, collect, loaded_module_names
+    from minisgl_core.plugin.loading import build_manager, collect, loaded_module_names
 
     pm = build_manager()
     regs = collect(pm)

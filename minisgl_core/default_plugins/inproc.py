@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from minisgl_core import hookimpl
 from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.rundir import check_channel
-from minisgl_core.transport_util import TransportOptions, check_size
+from minisgl_core.plugin.transport_util import TransportOptions, check_size
+from minisgl_core.service.rundir import check_channel
 
 if TYPE_CHECKING:
     import asyncio

@@ -10,7 +10,7 @@ from minisgl_core import hookimpl
 @hookimpl
 def minisgl_register_roles(register: Any) -> None:
     """Register the HF text roles, the continuous-batching scheduler and the synthetic one."""
-    register("tokenizer", "hf", "minisgl_core.runtime.roles:make_tokenizer")
-    register("detokenizer", "hf", "minisgl_core.runtime.roles:make_detokenizer")
-    register("scheduler", "continuous", "minisgl_core.runtime.roles:make_scheduler")
+    register("tokenizer", "hf", "minisgl_core.service.roles:make_tokenizer")
+    register("detokenizer", "hf", "minisgl_core.service.roles:make_detokenizer")
+    register("scheduler", "continuous", "minisgl_core.service.roles:make_scheduler")
     register("scheduler", "synthetic", "minisgl_core.default_plugins.synthetic:make_synthetic")

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.messages import PromptLogprobs, SamplingParams, TokenLogprob
-from minisgl_core.runtime.spec import RoleContext
+from minisgl_core.service.spec import RoleContext
+from minisgl_core.wire.schema import PromptLogprobs, SamplingParams, TokenLogprob
 
 DEFAULT_PAGE_SIZE = 16
 DEFAULT_MAX_RUNNING = 128

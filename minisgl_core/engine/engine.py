@@ -31,7 +31,7 @@ from minisgl_core.engine.request import (
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
 from minisgl_core.engine.weights import Checkpoint, model_name_of
-from minisgl_core.messages import SamplingParams, TokenLogprob
+from minisgl_core.sampling import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
     from minisgl_core.engine.parallel import TensorParallel
@@ -92,7 +92,7 @@ class Engine:
     """Continuous batching over a paged KV cache for one model on one device.
 
     ``config.model`` is a model directory and ``model_class`` the class of its architecture,
-    both already resolved (``minisgl_core.model_lookup``). With ``tp`` (size > 1) this is one
+    both already resolved (``minisgl_core.plugin.model_lookup``). With ``tp`` (size > 1) this is one
     tensor-parallel rank: rank 0 schedules, samples and broadcasts each step's inputs; the other
     ranks only run ``follow()``.
     """

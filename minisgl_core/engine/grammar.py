@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from minisgl_core.engine.request import Request, RequestRejected, State
-from minisgl_core.messages import StructuredOutput
+from minisgl_core.sampling import StructuredOutput
 
 MAX_CACHED = 64  # compiled grammars kept (LRU); one holds per-state token masks over the vocabulary
 _LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: (Check failed: \(.*?\) is false: )?")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minisgl_core.engine.sampler import token_logprobs
-from minisgl_core.messages import PromptLogprobs, TokenLogprob
+from minisgl_core.sampling import PromptLogprobs, TokenLogprob
 
 ROWS_PER_SLAB = 256  # LM-head rows at a time: [256, V] fp32 logits are ~50 MB at V = 49k
 

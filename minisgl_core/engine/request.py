@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 
-from minisgl_core.messages import PromptLogprobs, SamplingParams, TokenLogprob
+from minisgl_core.sampling import PromptLogprobs, SamplingParams, TokenLogprob
 
 StopReason = Literal["stop", "length"]
 

@@ -14,7 +14,7 @@ import torch
 
 from minisgl_core.engine.grammar import apply_masks
 from minisgl_core.engine.request import Request
-from minisgl_core.messages import TokenLogprob
+from minisgl_core.sampling import TokenLogprob
 
 
 def _has_penalty(req: Request) -> bool:

@@ -1,16 +1,15 @@
 """Start one tensor-parallel rank: check the split, join the group, agree on settings, build.
 
-The scheduler process of each rank calls ``start_rank``; ``minisgl tp-worker`` (``run_worker``)
-runs a rank > 0 on another host. Rank 0's engine settings (KV pages, page size, context...) are
-sent to the others, so a remote rank needs only the model and the group's address.
+The scheduler process of each rank calls ``start_rank``; ``minisgl tp-worker``
+(``service.tp_worker``) runs a rank > 0 on another host. Rank 0's engine settings (KV pages,
+page size, context...) are sent to the others, so a remote rank needs only the model and the
+group's address.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,38 +73,3 @@ def start_rank(config: EngineConfig, model_class: Any, rank: int, size: int, add
     log.info("tensor-parallel rank %d/%d ready: %d KV heads, %d KV pages", rank, size,
              engine.model.num_kv_heads, engine.num_pages)
     return engine
-
-
-def run_worker(model_dir: str, model_class: Any, rank: int, size: int, addr: str, port: int,
-               *, device: str = "cpu", num_threads: int | None = None,
-               timeout_s: float = 300.0) -> int:
-    """``minisgl tp-worker``: be rank ``rank`` until rank 0 stops; the exit code."""
-    if rank < 1:
-        raise ValueError("tp-worker runs ranks 1..tp-1; rank 0 is `minisgl launch`")
-    engine = start_rank(EngineConfig(model=model_dir, device=local_device(device, 0),
-                                     num_threads=num_threads),
-                        model_class, rank, size, addr, port, timeout_s)
-    try:
-        engine.follow()
-    except RuntimeError as exc:  # rank 0's sockets closed: it died or was killed
-        log.error("rank %d: lost rank 0: %s", rank, exc)
-        return 1
-    engine.close()
-    log.info("rank %d: rank 0 stopped the group; exiting", rank)
-    return 0
-
-
-def worker_command(model_dir: str, model_class: Any, rank: int, size: int, addr: str,
-                   port: int, **options: Any) -> None:
-    """``minisgl tp-worker``'s body: log to stderr, run the rank, exit with its code."""
-    logging.basicConfig(level="INFO", format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
-    try:
-        code = run_worker(model_dir, model_class, rank, size, addr, port, **options)
-    except (ValueError, RuntimeError) as exc:
-        print(f"minisgl: error: {exc}", file=sys.stderr)
-        code = 1
-    # skip interpreter teardown: a process group whose peer is gone aborts in its destructor
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 
 from minisgl_core.interfaces import Receiver, Sender, Transport
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.service.rundir import private_run_dir
 from minisgl_core.testing import transports as h
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from minisgl_core.interfaces import AddressInUse, ChannelClosed, Receiver, Sender, Transport
-from minisgl_core.rundir import ipc_path
+from minisgl_core.service.rundir import ipc_path
 from minisgl_core.testing import transports as h
 from minisgl_core.testing.contract_base import ContractBase
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pytest
 
 from minisgl_core.interfaces import Detokenizer, Tokenizer
-from minisgl_core.messages import (
+from minisgl_core.wire.schema import (
     ChatMessage,
     DetokenizeInfo,
     ErrorInfo,
@@ -55,10 +55,10 @@ class RoleContractBase:
 
     def build(self, model_dir: str, **config: Any) -> Any:
         """A new instance of the role under test, built through the plugin registries."""
-        from minisgl_core.config import LaunchConfig
-        from minisgl_core.launcher import max_context
-        from minisgl_core.plugins import build_manager, collect
-        from minisgl_core.runtime.spec import Endpoints, RoleContext, WorkerSpec
+        from minisgl_core.config.launch import LaunchConfig
+        from minisgl_core.plugin.loading import build_manager, collect
+        from minisgl_core.service.launcher import max_context
+        from minisgl_core.service.spec import Endpoints, RoleContext, WorkerSpec
 
         pm = build_manager(autoload=self.plugins is None, extra=list(self.plugins or ()))
         regs = collect(pm)

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import pytest
 
 from minisgl_core.interfaces import Scheduler, StepResult
-from minisgl_core.messages import SamplingParams
 from minisgl_core.testing.contract_roles import RoleContractBase
+from minisgl_core.wire.schema import SamplingParams
 
 MAX_STEPS = 2000  # every scheduler loop here is bounded
 

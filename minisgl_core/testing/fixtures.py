@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from minisgl_core.plugins import MinisglPluginManager, build_manager
+from minisgl_core.plugin.loading import MinisglPluginManager, build_manager
 
 
 def write_plugin_dist(

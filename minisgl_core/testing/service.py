@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from minisgl_core.ports import free_port
+from minisgl_core.service.ports import free_port
 
 if TYPE_CHECKING:
     import psutil

@@ -16,7 +16,7 @@ from minisgl_core.testing.service import free_port
 def _generate(engine: Any, prompts: Sequence[Sequence[int]],
               max_tokens: int) -> tuple[list[list[int]], float]:
     """Greedy tokens of every prompt (one batch) and the seconds it took."""
-    from minisgl_core.messages import SamplingParams
+    from minisgl_core.wire.schema import SamplingParams
 
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     start = time.perf_counter()
@@ -33,7 +33,7 @@ def generate(model: str, prompts: Sequence[Sequence[int]], max_tokens: int,
     """Greedy tokens on one rank in this process (the tp=1 reference) and the seconds taken."""
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
 
     resolved = resolve(model)
     return _generate(Engine(EngineConfig(model=resolved.path, **options), resolved.model_class),
@@ -84,7 +84,7 @@ def _generate_rank(rank: int, size: int, port: int, model: str, prompts: list[li
                    max_tokens: int, options: dict[str, Any]) -> Any:
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.tp_rank import start_rank
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
 
     resolved = resolve(model)
     engine = start_rank(EngineConfig(model=resolved.path, **options), resolved.model_class, rank,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minisgl_core.interfaces import Receiver, Sender, Transport
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.service.rundir import private_run_dir
 from minisgl_core.testing.contract_delivery import DeliveryCases
 from minisgl_core.testing.contract_lifecycle import LifecycleCases
 from minisgl_core.testing.contract_pubsub import PubSubCases

@@ -19,7 +19,7 @@ def transport_factory(name: str, plugins: Sequence[str] | None = None) -> Callab
     ``plugins`` lists plugin modules to load (entry points are then not scanned, which keeps a
     test independent of what else is installed); None loads every installed entry point.
     """
-    from minisgl_core.plugins import build_manager, collect
+    from minisgl_core.plugin.loading import build_manager, collect
 
     pm = build_manager(autoload=plugins is None, extra=list(plugins or ()))
     factory: Callable[..., Transport] = collect(pm).transports.get(name)

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from minisgl_core.messages import ChatMessage, ToolCall
+from minisgl_core.wire.schema import ChatMessage, ToolCall
 
 FALLBACK_PROMPT = (
     "# Tools\n\nYou can call functions to help answer. Their signatures, one JSON object per "

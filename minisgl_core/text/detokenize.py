@@ -6,7 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.messages import (
+from minisgl_core.text.incremental import Decode, IncrementalDetokenizer, StopCutter
+from minisgl_core.wire.schema import (
     DetokenizeInfo,
     ErrorInfo,
     PromptLogprobs,
@@ -16,7 +17,6 @@ from minisgl_core.messages import (
     TokenBatch,
     TokenDelta,
 )
-from minisgl_core.text.incremental import Decode, IncrementalDetokenizer, StopCutter
 
 log = logging.getLogger(__name__)
 

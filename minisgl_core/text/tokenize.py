@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.messages import (
+from minisgl_core.text.chat_tools import conversation
+from minisgl_core.wire.schema import (
     DetokenizeInfo,
     ErrorInfo,
     GenerateRequest,
     SamplingParams,
     TokenizedRequest,
 )
-from minisgl_core.text.chat_tools import conversation
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 # Prompt ids handed to the detokenizer as context for the first output token (its leading space).

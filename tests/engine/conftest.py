@@ -11,7 +11,7 @@ import pytest
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.request import StepOutput
-from minisgl_core.model_lookup import resolve
+from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.testing.tiny import ARCHES, make_tiny_model
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minisgl_core.engine import bench
+from minisgl_core.bench import engine_vs_hf as bench
 
 
 @pytest.mark.parametrize("tp", [1, 2])

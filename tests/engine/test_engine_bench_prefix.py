@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minisgl_core.engine import bench_prefix
+from minisgl_core.bench import prefix_cache as bench_prefix
 
 
 def test_prefix_benchmark_runs_and_radix_computes_fewer_prefill_tokens(tiny_models) -> None:

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from minisgl_core import LLM, SamplingParams
-from minisgl_core.messages import StructuredOutput
+from minisgl_core.wire.schema import StructuredOutput
 
 pytestmark = pytest.mark.model
 

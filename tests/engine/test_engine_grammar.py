@@ -12,7 +12,7 @@ import pytest
 
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.request import RequestRejected
-from minisgl_core.messages import SamplingParams, StructuredOutput
+from minisgl_core.wire.schema import SamplingParams, StructuredOutput
 
 # bounded so that a random model still finishes well inside max_tokens
 SCHEMA = {"type": "object", "properties": {

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0)
 

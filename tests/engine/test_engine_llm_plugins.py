@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from minisgl_core import LLM, SamplingParams
-from minisgl_core.model_lookup import ModelNotFoundError
+from minisgl_core.plugin.model_lookup import ModelNotFoundError
 
 PLUGIN = '''
 """A plugin with its own model source ("acme:<name>") and architecture name."""

@@ -6,7 +6,7 @@ import random
 
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.request import State
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 
 def _check_pages(engine: Engine) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from minisgl_core import LLM, SamplingParams
-from minisgl_core.messages import TokenLogprob
+from minisgl_core.wire.schema import TokenLogprob
 
 PROMPT = [3, 17, 5, 42, 9, 11, 28, 7, 33, 2, 19, 8, 40]
 

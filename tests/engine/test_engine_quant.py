@@ -10,7 +10,8 @@ from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.kernel_choice import candidates
 from minisgl_core.engine.linear import Linear, bucket_of
 from minisgl_core.engine.quant import int8_kernels, quantize_weight
-from minisgl_core.messages import SamplingParams
+from minisgl_core.plugin.model_lookup import resolve
+from minisgl_core.wire.schema import SamplingParams
 
 PROMPTS = [[5, 9, 13, 2, 7, 30, 11], [3, 4], [8, 1, 6, 21, 17]]
 
@@ -49,13 +50,15 @@ def _run(engine: Engine) -> None:
 
 
 @pytest.mark.parametrize("kernel", [k.name for k in int8_kernels()])
-def test_int8_engine_equals_its_reference_math(make_engine, monkeypatch, kernel: str) -> None:
-    model = "qwen2"  # q/k/v biases: the bias path is covered too
+def test_int8_engine_equals_its_reference_math(tiny_models, monkeypatch, kernel: str) -> None:
+    model = str(tiny_models["qwen2"])  # q/k/v biases: the bias path is covered too
     monkeypatch.setenv("MINISGL_LINEAR", kernel)
-    quant = make_engine(model, cache="naive", quantization="int8")
+    cls = resolve(model).model_class
+    quant = Engine(EngineConfig(model=model, num_threads=1, cache="naive",
+                                quantization="int8"), cls)
     assert quant.model.describe()["quantization"] == "int8"
     monkeypatch.setenv("MINISGL_LINEAR", "dense")  # dense keeps the fp32 weight as [in, out]
-    fp32 = make_engine(model, cache="naive")
+    fp32 = Engine(EngineConfig(model=model, num_threads=1, cache="naive"), cls)
     log: list[tuple[int, float, float]] = []
     for layer, qlayer in zip(fp32.model.layers, quant.model.layers, strict=True):
         assert not qlayer.qkv.kernels[0].quantized  # kept fp32 (quant.FP32_ROLES)
@@ -71,9 +74,11 @@ def test_int8_engine_equals_its_reference_math(make_engine, monkeypatch, kernel:
     assert min(off for _, _, off in log) > 1e-4
 
 
-def test_int8_weights_take_a_quarter_of_fp32s(make_engine, monkeypatch) -> None:
+def test_int8_weights_take_a_quarter_of_fp32s(tiny_models, monkeypatch) -> None:
     monkeypatch.setenv("MINISGL_LINEAR", "int8")
-    quant = make_engine("llama", quantization="int8")
+    model = str(tiny_models["llama"])
+    quant = Engine(EngineConfig(model=model, num_threads=1, quantization="int8"),
+                   resolve(model).model_class)
     layer = quant.model.layers[0]
     fp32_bytes = layer.gate_up.in_features * layer.gate_up.out_features * 4
     assert layer.gate_up.nbytes() < fp32_bytes / 3

@@ -9,7 +9,7 @@ import pytest
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.kv_cache import PageAllocator
 from minisgl_core.engine.radix_cache import Node, RadixCache
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
@@ -183,7 +183,7 @@ def test_lru_order_prefers_the_least_recently_used_leaf() -> None:
 
 
 def test_scheduler_stats_report_cached_pages_and_hits(make_engine) -> None:
-    from minisgl_core.runtime.scheduler import SchedulerLoop
+    from minisgl_core.service.scheduler_loop import SchedulerLoop
 
     engine = make_engine("llama", page_size=4)
     prompt = list(range(3, 30))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from minisgl_core.engine.request import RequestRejected
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 
 def _reject(engine, prompt, sp=None, rid="r") -> RequestRejected:

@@ -9,7 +9,7 @@ import torch
 
 from minisgl_core.engine.request import Request
 from minisgl_core.engine.sampler import Sampler
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 SEEDED = SamplingParams(max_tokens=24, temperature=1.5, top_p=0.95, seed=1234, ignore_eos=True)
 

@@ -37,7 +37,7 @@ def test_tp2_equals_tp1(tiny_models: dict[str, Path], arch: str) -> None:
 def test_default_model_tp2_equals_tp1() -> None:
     from transformers import AutoTokenizer
 
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
 
     path = resolve(None).path
     tok = AutoTokenizer.from_pretrained(path)
@@ -91,9 +91,9 @@ def test_local_group_fails_fast_when_a_follower_exits(tiny_models: dict[str, Pat
     import sys
     import time
 
-    from minisgl_core.engine import tp_local
     from minisgl_core.engine.config import EngineConfig
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
+    from minisgl_core.service import tp_local
 
     def broken_follower(*_: object) -> subprocess.Popen[bytes]:  # a rank that dies at start
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])

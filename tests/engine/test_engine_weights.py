@@ -13,8 +13,8 @@ from minisgl_core.default_plugins import resolve as resolve_plugin
 from minisgl_core.engine import weights
 from minisgl_core.engine.config import ModelConfig
 from minisgl_core.engine.models.decoder import rope_inv_freq
-from minisgl_core.model_lookup import ModelNotFoundError, model_class, resolve_model
-from minisgl_core.plugins import build_manager, collect
+from minisgl_core.plugin.loading import build_manager, collect
+from minisgl_core.plugin.model_lookup import ModelNotFoundError, model_class, resolve_model
 
 
 def test_resolve_model_paths(tiny_models, tmp_path: Path) -> None:

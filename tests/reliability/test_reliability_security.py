@@ -12,7 +12,7 @@ import psutil
 import pytest
 from reliability_support import API_KEY, AUTH, ServicePool
 
-from minisgl_core.config import LaunchConfig
+from minisgl_core.config.launch import LaunchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 V1_ROUTES = [("GET", "/v1/models"), ("GET", "/v1/models/tiny-llama"),

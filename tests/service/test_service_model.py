@@ -13,7 +13,7 @@ pytestmark = pytest.mark.model
 
 
 def test_default_model_answers_and_streams_multibyte_text(tmp_path: Path) -> None:
-    from minisgl_core.model_lookup import resolve
+    from minisgl_core.plugin.model_lookup import resolve
 
     svc = launch_service(resolve(None).path, transport="zmq", log_dir=tmp_path)
     try:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from minisgl_core.messages import DetokenizeInfo, ErrorInfo, TextDelta, TokenBatch, TokenDelta
 from minisgl_core.text.detokenize import DetokenizerRole
 from minisgl_core.text.incremental import REPLACEMENT
+from minisgl_core.wire.schema import DetokenizeInfo, ErrorInfo, TextDelta, TokenBatch, TokenDelta
 
 TEXT = "Hello world! 😀 🚀 你好，世界！ café naïve über 👍🏽 The capital of France is Paris."
 
@@ -244,7 +244,7 @@ def test_a_failing_request_ends_alone_with_an_error(role) -> None:
 
 
 def test_logprobs_ride_with_their_token_ids_as_text(role) -> None:
-    from minisgl_core.messages import TokenLogprob
+    from minisgl_core.wire.schema import TokenLogprob
 
     tok = role.tokenizer
     ids = tok.encode("😀 café")  # multi-byte characters: some ids show no text on their own
@@ -267,7 +267,7 @@ def test_logprobs_ride_with_their_token_ids_as_text(role) -> None:
 
 
 def test_prompt_logprobs_come_as_text_on_the_first_delta(role) -> None:
-    from minisgl_core.messages import PromptLogprobs, TokenLogprob
+    from minisgl_core.wire.schema import PromptLogprobs, TokenLogprob
 
     tok = role.tokenizer
     prompt = tuple(tok.encode("Hi 😀"))

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minisgl_core.messages import ChatMessage, GenerateRequest, SamplingParams, TokenizedRequest
 from minisgl_core.text.tokenize import PROMPT_TAIL, TokenizerRole
+from minisgl_core.wire.schema import ChatMessage, GenerateRequest, SamplingParams, TokenizedRequest
 
 CONTEXT = 128
 

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from minisgl_core.messages import GenerateRequest, SamplingParams
+from minisgl_core.wire.schema import GenerateRequest, SamplingParams
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.messages import ChatMessage, GenerateRequest, TokenizedRequest
-from minisgl_core.runtime.spec import RoleContext
+from minisgl_core.service.spec import RoleContext
+from minisgl_core.wire.schema import ChatMessage, GenerateRequest, TokenizedRequest
 
 CASES = ("upper", "lower")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from minisgl_core import hookimpl
-from minisgl_core.hookspecs import Register
+from minisgl_core.plugin.hookspecs import Register
 
 if TYPE_CHECKING:
     import typer

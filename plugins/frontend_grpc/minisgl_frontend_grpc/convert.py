@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 import grpc
 
-from minisgl_core.messages import (
+from minisgl_core.wire.schema import (
     ChatMessage,
     ErrorInfo,
     GenerateRequest,

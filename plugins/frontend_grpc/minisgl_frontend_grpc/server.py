@@ -7,16 +7,19 @@ import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from minisgl_core.client import EngineClient, EngineOverloaded, EngineUnavailable
-from minisgl_core.messages import TextDelta
+from minisgl_core.engine_client import EngineClient, EngineOverloaded, EngineUnavailable
+from minisgl_core.wire.schema import TextDelta
 from minisgl_frontend_grpc.codegen import load_stubs
 from minisgl_frontend_grpc.convert import RequestError, status_for_error, to_core_request
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
 
 pb2, pb2_grpc = load_stubs()
 
@@ -132,17 +135,21 @@ async def _close(stream: AsyncIterator[TextDelta], client: EngineClient, rid: st
 class GrpcFrontend:
     """The gRPC frontend: ``serve()`` until ``shutdown()``.
 
-    It listens on ``config.host``:``config.grpc_port`` (127.0.0.1:50051 by default; port 0 picks
-    a free one, see ``bound_port``). Options (the ``[frontends.grpc]`` table): ``grace_s`` (5.0),
+    It listens on ``config.host``:``port`` (127.0.0.1:50051 by default; port 0 picks a free one,
+    see ``bound_port``). Options (the ``[frontends.grpc]`` table; ``--grpc-port`` sets ``port``):
+    ``port`` (50051); ``grace_s`` (5.0),
     how long shutdown lets in-flight calls finish; ``health_interval_s`` (0.5), how often the
     health status follows ``client.healthy()``.
     """
 
-    def __init__(self, client: EngineClient, config: Any, options: Mapping[str, Any]) -> None:
+    def __init__(self, client: EngineClient, config: LaunchConfig,
+                 options: Mapping[str, Any]) -> None:
         self._client = client
         self.host = str(getattr(config, "host", None) or DEFAULT_HOST)
-        port = getattr(config, "grpc_port", None)
-        self.port = DEFAULT_PORT if port is None else int(port)
+        port = options.get("port", DEFAULT_PORT)
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ValueError(f"[frontends.grpc] port must be an integer in 0..65535, got {port!r}")
+        self.port = port
         self.api_key: str | None = getattr(config, "api_key", None)
         self.grace_s = float(options.get("grace_s", 5.0))
         self.health_interval_s = float(options.get("health_interval_s", 0.5))

@@ -10,8 +10,8 @@ from typing import Any
 import grpc
 import pytest
 
-from minisgl_core.client import EngineOverloaded, EngineUnavailable
-from minisgl_core.messages import ErrorInfo, GenerateRequest, TextDelta
+from minisgl_core.engine_client import EngineOverloaded, EngineUnavailable
+from minisgl_core.wire.schema import ErrorInfo, GenerateRequest, TextDelta
 
 SCENARIO_TIMEOUT_S = 30.0
 
@@ -107,10 +107,9 @@ def _prompt_len(request: GenerateRequest) -> int:
 
 
 class Config:
-    """The two LaunchConfig fields the frontend reads."""
+    """The LaunchConfig fields the frontend reads."""
 
     host = "127.0.0.1"
-    grpc_port = 0  # a free port, chosen at bind time
 
 
 Scenario = Callable[[Any, grpc.aio.Channel, ScriptedEngine], Awaitable[None]]
@@ -128,7 +127,7 @@ def run_server(engine: ScriptedEngine) -> Callable[..., None]:
 
     def run(scenario: Scenario, **options: Any) -> None:
         async def main() -> None:
-            frontend = GrpcFrontend(engine, Config(), {"grace_s": 0.5, **options})
+            frontend = GrpcFrontend(engine, Config(), {"port": 0, "grace_s": 0.5, **options})
             serving = asyncio.create_task(frontend.serve())
             try:
                 for _ in range(500):  # bounded wait for the bind

@@ -96,8 +96,8 @@ def test_second_server_on_the_same_port_fails(run_server, engine) -> None:
     from minisgl_frontend_grpc.server import GrpcFrontend
 
     async def scenario(frontend, channel, engine) -> None:
-        config = type("Config", (), {"host": "127.0.0.1", "grpc_port": frontend.bound_port})()
-        second = GrpcFrontend(engine, config, {})
+        config = type("Config", (), {"host": "127.0.0.1"})()
+        second = GrpcFrontend(engine, config, {"port": frontend.bound_port})
         with pytest.raises(RuntimeError, match="cannot bind"):
             await second.start()
 

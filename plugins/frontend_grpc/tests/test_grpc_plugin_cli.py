@@ -10,8 +10,8 @@ from pathlib import Path
 from minisgl_frontend_grpc import codegen
 from typer.testing import CliRunner
 
-from minisgl_core.cli import make_app
-from minisgl_core.plugins import build_manager, collect
+from minisgl_core.cli.app import make_app
+from minisgl_core.plugin.loading import build_manager, collect
 
 PLUGIN = "minisgl_frontend_grpc"
 
@@ -20,7 +20,7 @@ def test_import_is_light_and_registers_grpc() -> None:
     code = (
         "import sys\n"
         f"import {PLUGIN}\n"
-        "from minisgl_core.plugins import build_manager, collect\n"
+        "from minisgl_core.plugin.loading import build_manager, collect\n"
         f"pm = build_manager(autoload=False, extra=['{PLUGIN}'], strict=True)\n"
         "regs = collect(pm)\n"
         "assert 'grpc' in regs.frontends.names(), regs.frontends.names()\n"

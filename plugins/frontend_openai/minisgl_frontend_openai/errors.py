@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minisgl_core.messages import ErrorInfo
+from minisgl_core.wire.schema import ErrorInfo
 
 MAX_MESSAGE_CHARS = 500  # error messages never carry whole inputs back to the client
 

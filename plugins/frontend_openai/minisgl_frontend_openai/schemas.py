@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minisgl_core.messages import MAX_LOGPROBS, ChatMessage, SamplingParams, ToolCall
+from minisgl_core.wire.schema import MAX_LOGPROBS, ChatMessage, SamplingParams, ToolCall
 from minisgl_frontend_openai.errors import APIError, bad_request
 
 MAX_N = 16  # choices per prompt

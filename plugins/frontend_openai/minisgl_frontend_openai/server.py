@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import socket
 from collections.abc import Callable, Generator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from minisgl_core.client import EngineClient
+from minisgl_core.engine_client import EngineClient
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 from minisgl_frontend_openai.ui import add_ui
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
+
+log = logging.getLogger("minisgl.frontend.openai")
 
 OPTIONS: dict[str, Any] = {
     "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
@@ -35,8 +41,8 @@ def _tokenizer_loader(model: str | None, client: EngineClient) -> Callable[[], A
     """Load the served model's TokenizerRole (for /tokenize); called once, on first use."""
 
     def load() -> Any:
-        from minisgl_core.model_lookup import resolve_model
-        from minisgl_core.plugins import build_manager
+        from minisgl_core.plugin.loading import build_manager
+        from minisgl_core.plugin.model_lookup import resolve_model
         from minisgl_core.text.tokenize import TokenizerRole
 
         # resolved as the launcher did, through the plugins' resolvers (a cached directory)
@@ -54,7 +60,8 @@ class _Server(uvicorn.Server):
 class OpenAIFrontend:
     """Serves the OpenAI API for ``client`` on ``config.host``:``config.port`` (0 = any port)."""
 
-    def __init__(self, client: EngineClient, config: Any, options: Mapping[str, Any]) -> None:
+    def __init__(self, client: EngineClient, config: LaunchConfig,
+                 options: Mapping[str, Any]) -> None:
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise ValueError(f"unknown option(s) for the openai frontend: {', '.join(unknown)}; "
@@ -163,5 +170,6 @@ class OpenAIFrontend:
         while not server.started:
             await asyncio.sleep(0.01)
         self._started.set()
+        log.info("OpenAI frontend listening on %s", self.url)
         if self._stop_requested:  # shutdown() raced with startup: make sure it is seen
             server.should_exit = True

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.messages import SamplingParams, StructuredOutput
+from minisgl_core.wire.schema import SamplingParams, StructuredOutput
 from minisgl_frontend_openai.errors import bad_request
 
 KEYS = ("json", "regex", "choice", "grammar", "json_object")

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from minisgl_core.messages import GenerateRequest
+from minisgl_core.wire.schema import GenerateRequest
 from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.schemas import MAX_TOKEN_ID, Message, _Strict, chat_messages, parse
 from minisgl_frontend_openai.tools import tool_request
@@ -101,8 +101,8 @@ def add_tokenize_routes(app: FastAPI, tokenizer: LazyTokenizer, *, owner: str,
 
 
 def _encode(role: Any, req: TokenizeRequest, owner: str) -> tuple[int, ...]:
-    from minisgl_core.messages import SamplingParams
     from minisgl_core.text.tokenize import RequestError
+    from minisgl_core.wire.schema import SamplingParams
 
     try:
         if req.prompt is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minisgl_core.messages import TextDelta, TextLogprob
+from minisgl_core.wire.schema import TextDelta, TextLogprob
 from minisgl_frontend_openai.generation import ChoiceState
 from minisgl_frontend_openai.responses import ChatFormat
 from minisgl_frontend_openai.tool_parser import Arguments, CallStart, Content, ToolCallParser

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.messages import SamplingParams, StructuredOutput
+from minisgl_core.wire.schema import SamplingParams, StructuredOutput
 from minisgl_frontend_openai.errors import bad_request
 from minisgl_frontend_openai.structured import check_grammar
 

@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from minisgl_core import __version__
-from minisgl_core.client import EngineClient
+from minisgl_core.engine_client import EngineClient
 from minisgl_frontend_openai.engine_stats import StatsHistory, current
 from minisgl_frontend_openai.errors import bad_request
 from minisgl_frontend_openai.metrics import FrontendMetrics
@@ -72,7 +72,7 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
 
 def plugin_rows() -> list[dict[str, Any]]:
     """Installed plugins with their versions, as ``minisgl plugins`` lists them."""
-    from minisgl_core.cli_common import Plugins
+    from minisgl_core.cli.common import Plugins
 
     try:
         rows = Plugins().rows()

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from minisgl_frontend_openai.server import OpenAIFrontend
 
-from minisgl_core.client import EngineOverloaded, EngineUnavailable
-from minisgl_core.messages import ErrorInfo, GenerateRequest, TextDelta, TextLogprob
+from minisgl_core.engine_client import EngineOverloaded, EngineUnavailable
+from minisgl_core.wire.schema import ErrorInfo, GenerateRequest, TextDelta, TextLogprob
 
 WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta")
 UNICODE = ("h\u00e9", " \U0001f600", " \u4e2d", "\u6587", " \u00fc", "!")

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from minisgl_core.ports import free_port
+from minisgl_core.service.ports import free_port
 from minisgl_core.testing.service import RunningService, launch_service
 
 KEY = "sk-chat-test"

@@ -10,7 +10,7 @@ import openai
 import pytest
 from minisgl_frontend_openai.schemas import INT64_MAX, INT64_MIN, for_choice
 
-from minisgl_core.messages import SamplingParams
+from minisgl_core.wire.schema import SamplingParams
 
 NATURAL = " alpha beta gamma delta epsilon zeta alpha beta gamma delta epsilon zeta"
 

@@ -11,8 +11,8 @@ import pytest
 from minisgl_frontend_openai.tool_parser import Arguments, CallStart, Content, ToolCallParser
 from openai import OpenAI
 
-from minisgl_core.messages import ChatMessage, GenerateRequest, TextDelta, ToolCall
 from minisgl_core.text.chat_tools import conversation
+from minisgl_core.wire.schema import ChatMessage, GenerateRequest, TextDelta, ToolCall
 
 FUNCS = {"get_weather", "add"}
 AUTO_TEXT = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '

@@ -14,7 +14,7 @@ import pytest
 from minisgl_transport_nng.transport import NngTransport
 
 from minisgl_core.interfaces import AddressInUse
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.service.rundir import private_run_dir
 
 
 @pytest.fixture

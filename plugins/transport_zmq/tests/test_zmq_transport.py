@@ -14,7 +14,7 @@ import zmq
 from minisgl_transport_zmq.transport import ZmqTransport
 
 from minisgl_core.interfaces import AddressInUse
-from minisgl_core.rundir import private_run_dir
+from minisgl_core.service.rundir import private_run_dir
 from minisgl_core.testing import transports as h
 
 

@@ -1,0 +1,1 @@
+"""The `minisgl` command line: the typer app and what its commands share."""

@@ -1,0 +1,1 @@
+"""The launch configuration: frozen dataclasses, defaults < TOML < env < flags < -s key=value."""

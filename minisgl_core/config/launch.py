@@ -1,0 +1,366 @@
+"""Launch configuration: a frozen dataclass; defaults < TOML < env < flags < -s key=value.
+
+The file form (TOML, ``minisgl config show``) and the ``-s`` keys are the same: top-level keys are
+the core settings; ``frontend`` lists the frontends to run; ``[transports.<name>]``,
+``[frontends.<name>]`` and ``[plugins.<name>]`` are free-form tables handed to their owners;
+``[roles]`` picks the tokenizer, detokenizer and scheduler (see ``config.roles``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from minisgl_core.config import roles as config_roles
+from minisgl_core.plugin.registry import suggest
+
+DTYPES = ("float32", "float16", "bfloat16")
+CACHES = ("radix", "naive")
+QUANTIZATIONS = ("int8",)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# file/-s key of each free-form table -> the LaunchConfig field holding it
+TABLES = {"transports": "transports", "frontends": "frontends_options", "plugins": "plugins"}
+ENV_PREFIX = "MINISGL_"
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message says which key, which value and where it came from."""
+
+
+Tables = dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Everything ``minisgl launch`` needs; plain data, picklable, sent to every process.
+
+    ``None`` in an engine setting means "let the engine choose" (e.g. ``num_pages`` from memory).
+    """
+
+    transport: str = "zmq"
+    frontends: tuple[str, ...] = ("openai",)
+    model: str | None = None  # None = the default model
+    served_model_name: tuple[str, ...] = ()  # names clients may use (the first is reported)
+    host: str = "127.0.0.1"
+    port: int = 8000  # the HTTP port; other frontends' settings live in [frontends.<name>]
+    dtype: str = "float32"
+    device: str = "cpu"
+    num_pages: int | None = None
+    page_size: int | None = None
+    max_seq_len_override: int | None = None
+    max_running_requests: int | None = None
+    max_prefill_tokens: int | None = None
+    max_waiting_requests: int = 1024
+    num_threads: int | None = None  # torch threads of the scheduler; None = every core
+    api_key: str | None = None
+    tp: int = 1  # tensor-parallel ranks (docs/tensor-parallel.md)
+    tp_local_ranks: str | None = None  # ranks this launch starts, e.g. "0" or "0,1"; None = all
+    dist_addr: str = "127.0.0.1"  # where rank 0 hosts the tensor-parallel group
+    dist_port: int = 0  # its port; 0 = a free one (only when every rank is local)
+    cache: str = "radix"
+    quantization: str | None = None  # "int8": int8 weights and inputs (docs/benchmarks.md)
+    log_level: str = "info"
+    ready_timeout_s: float = 300.0
+    transports: Tables = field(default_factory=dict)
+    frontends_options: Tables = field(default_factory=dict)
+    plugins: Tables = field(default_factory=dict)
+    roles: Tables = field(default_factory=dict)  # config_roles.RoleTables; every kind named
+
+    def __post_init__(self) -> None:
+        for name in SCALARS:  # direct construction gets the same checks as the file form
+            object.__setattr__(self, name, _coerce(name, getattr(self, name), "LaunchConfig()"))
+        try:
+            roles = config_roles.with_defaults(config_roles.normalize(self.roles, "roles"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        object.__setattr__(self, "roles", roles)
+        problem = self._problem()
+        if problem:
+            raise ConfigError(problem)
+        for name in TABLES.values():  # own private copies: callers cannot mutate us by aliasing
+            object.__setattr__(self, name, copy.deepcopy(dict(getattr(self, name))))
+
+    def _problem(self) -> str | None:
+        if not self.transport:
+            return "transport must be a non-empty name"
+        if not self.frontends or not all(self.frontends):
+            return "frontend must name at least one frontend"
+        if len(set(self.frontends)) != len(self.frontends):
+            return f"frontend lists a frontend twice: {', '.join(self.frontends)}"
+        for name in ("port", "dist_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                return f"{name} must be in 0..65535, got {getattr(self, name)}"
+        for name in ("num_pages", "page_size", "max_seq_len_override", "max_running_requests",
+                     "max_prefill_tokens", "max_waiting_requests", "num_threads", "tp"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                return f"{name} must be at least 1, got {value}"
+        for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS),
+                              ("quantization", QUANTIZATIONS)):
+            if name == "quantization" and self.quantization is None:
+                continue
+            if getattr(self, name) not in allowed:
+                return (f'{name} must be one of {", ".join(allowed)}, got "{getattr(self, name)}";'
+                        f"{suggest(getattr(self, name), list(allowed))}")
+        problem = self._tp_problem()
+        if problem:
+            return problem
+        if not self.ready_timeout_s > 0:
+            return f"ready_timeout_s must be > 0, got {self.ready_timeout_s}"
+        for key, name in TABLES.items():
+            table = getattr(self, name)
+            if not isinstance(table, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, Mapping) for k, v in table.items()
+            ):
+                return f"{key} must be a table of tables ([{key}.<name>])"
+        return None
+
+    def _tp_problem(self) -> str | None:
+        if self.tp_local_ranks is None:
+            return None
+        try:
+            ranks = self.local_ranks()
+        except ValueError:
+            return f'tp_local_ranks must list ranks like "0" or "0,1", got "{self.tp_local_ranks}"'
+        if not ranks or ranks[0] != 0 or ranks[-1] >= self.tp or len(set(ranks)) != len(ranks):
+            return (f"tp_local_ranks must include rank 0 and name ranks below tp={self.tp} once "
+                    f'each, got "{self.tp_local_ranks}"')
+        if len(ranks) < self.tp and self.dist_port == 0:
+            return ("dist_port must be set when some ranks run elsewhere (tp_local_ranks): "
+                    "they connect to dist_addr:dist_port")
+        return None
+
+    def local_ranks(self) -> tuple[int, ...]:
+        """The tensor-parallel ranks this launch starts, sorted (all of 0..tp-1 by default)."""
+        if self.tp_local_ranks is None:
+            return tuple(range(self.tp))
+        return tuple(sorted(int(r) for r in self.tp_local_ranks.split(",") if r.strip()))
+
+    def transport_table(self, name: str) -> dict[str, Any]:
+        """The ``[transports.<name>]`` table (empty when absent)."""
+        return dict(self.transports.get(name, {}))
+
+    def frontend_table(self, name: str) -> dict[str, Any]:
+        """The ``[frontends.<name>]`` table (empty when absent)."""
+        return dict(self.frontends_options.get(name, {}))
+
+    def role_name(self, kind: str) -> str:
+        """The selected implementation of role ``kind`` (tokenizer, detokenizer, scheduler)."""
+        return str(self.roles[kind]["name"])
+
+    def role_table(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        """The ``[roles.<kind>.<name>]`` table of the selected (or named) implementation."""
+        return copy.deepcopy(dict(self.roles[kind].get(name or self.role_name(kind), {})))
+
+    def plugin_table(self, name: str) -> dict[str, Any]:
+        """The ``[plugins.<name>]`` table (empty when absent)."""
+        return dict(self.plugins.get(name, {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file form: JSON-able, and ``from_dict(to_dict())`` gives back an equal config."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "frontends":
+                out["frontend"] = list(value)
+            elif f.name == "roles":
+                out["roles"] = config_roles.to_file_form(value)
+            elif f.name in TABLES.values():
+                key = next(k for k, v in TABLES.items() if v == f.name)
+                out[key] = copy.deepcopy(value)
+            else:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> LaunchConfig:
+        """Build a config from the file form, rejecting unknown keys."""
+        merged = _Merged()
+        merged.apply_mapping(data, source)
+        return merged.build()
+
+
+SCALARS: dict[str, type] = {}  # field -> base type, filled below from the annotations
+OPTIONAL: set[str] = set()
+
+
+def _scan_fields() -> None:
+    for f in fields(LaunchConfig):
+        if f.name in TABLES.values() or f.name == "roles":
+            continue
+        text = str(f.type)
+        if "| None" in text:
+            OPTIONAL.add(f.name)
+        base = text.replace(" | None", "")
+        SCALARS[f.name] = {"str": str, "int": int, "float": float}.get(base, tuple)
+
+
+_scan_fields()
+# every key a user can write at the top level of the file, in a -s key, or as MINISGL_<KEY>
+KNOWN_KEYS = sorted([k for k in SCALARS if k != "frontends"] + ["frontend", "roles", *TABLES])
+
+
+def _coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
+    """Check/convert ``value`` for field ``name``: strings are parsed when ``text`` (env, flags,
+    -s) and must already have the field's type otherwise (TOML)."""
+    kind = SCALARS[name]
+    shown = "frontend" if name == "frontends" else name
+    if isinstance(value, str) and kind is str:
+        return None if name in OPTIONAL and not value else value  # "-s api_key=" unsets it
+    if isinstance(value, str) and (text or kind is tuple):
+        stripped = value.strip()
+        if name in OPTIONAL and stripped.lower() in ("", "none", "null"):
+            return None
+        if kind is tuple:
+            return tuple(part.strip() for part in stripped.split(",") if part.strip())
+        try:
+            return kind(stripped)
+        except ValueError:
+            raise ConfigError(
+                f'{shown} must be {"an integer" if kind is int else "a number"}, '
+                f'got "{value}" ({source})'
+            ) from None
+    if value is None and name in OPTIONAL:
+        return None
+    if kind is tuple and isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind in (int, str) and isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    want = {str: "a string", int: "an integer", float: "a number", tuple: "a list of names"}[kind]
+    raise ConfigError(f"{shown} must be {want}, got {value!r} ({source})")
+
+
+def _unknown(key: str, source: str) -> ConfigError:
+    return ConfigError(f'unknown config key "{key}" ({source});{suggest(key, KNOWN_KEYS)} '
+                       f"known keys: {', '.join(KNOWN_KEYS)}")
+
+
+def _parse_value(text: str) -> Any:
+    """A -s value for a free-form table: TOML syntax when it parses (1, true, [..]), else text."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _deep_merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+
+
+class _Merged:
+    """The layers applied so far: core fields and tables, later layers winning."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.tables: dict[str, dict[str, Any]] = {name: {} for name in TABLES.values()}
+        self.roles: config_roles.RoleTables = {}
+
+    def set_roles(self, value: Any, source: str) -> None:
+        try:
+            config_roles.merge(self.roles, config_roles.normalize(value, source))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def set(self, key: str, value: Any, source: str, text: bool = True) -> None:
+        if key == "roles":
+            self.set_roles(value, source)
+        elif text and key in config_roles.DEFAULT_ROLES:  # --scheduler NAME, MINISGL_SCHEDULER
+            self.set_roles({key: value}, source)
+        elif key == "frontend" or (key == "frontends" and not isinstance(value, Mapping)):
+            self.values["frontends"] = _coerce("frontends", value, source, text)
+        elif key in TABLES:
+            if not isinstance(value, Mapping) or not all(
+                isinstance(v, Mapping) for v in value.values()
+            ):
+                raise ConfigError(f"{key} must be a table of tables ([{key}.<name>]) ({source})")
+            _deep_merge(self.tables[TABLES[key]], value)
+        elif key in SCALARS:
+            self.values[key] = _coerce(key, value, source, text)
+        else:
+            raise _unknown(key, source)
+
+    def apply_mapping(self, data: Mapping[str, Any], source: str) -> None:
+        for key, value in data.items():
+            self.set(key, value, source, text=False)
+
+    def apply_override(self, item: str) -> None:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        source = f"-s {item}"
+        if not sep or not key:
+            raise ConfigError(f'-s takes KEY=VALUE, got "{item}"')
+        head, _, rest = key.partition(".")
+        if rest and head == "roles":
+            try:
+                self.set_roles(config_roles.from_override(rest, _parse_value(text), source), source)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        elif rest and head in TABLES:
+            parts = rest.split(".")
+            if len(parts) < 2 or not all(parts):
+                raise ConfigError(f'-s {head}.<name>.<key>=VALUE expected, got "{item}"')
+            nested: dict[str, Any] = {parts[-1]: _parse_value(text)}
+            for part in reversed(parts[:-1]):
+                nested = {part: nested}
+            self.set(head, nested, source)
+        elif rest:
+            raise ConfigError(f'"{head}" is not a table, so "{key}" is not a key ({source})'
+                              if head in KNOWN_KEYS else str(_unknown(head, source)))
+        else:
+            self.set(key, text, source)
+
+    def build(self) -> LaunchConfig:
+        return LaunchConfig(**self.values, **self.tables, roles=self.roles)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    overrides: Sequence[str] = (),
+) -> LaunchConfig:
+    """Merge defaults < ``path`` (TOML) < ``env`` (``MINISGL_<KEY>``, default os.environ) <
+    ``flags`` (field name -> value; None = not given) < ``overrides`` ("dotted.key=value")."""
+    merged = _Merged()
+    if path is not None:
+        merged.apply_mapping(read_toml(path), f"config file {path}")
+    environ = os.environ if env is None else env
+    for key in KNOWN_KEYS:
+        var = ENV_PREFIX + key.upper()
+        if key not in TABLES and key != "roles" and var in environ:
+            merged.set(key, environ[var], f"environment {var}")
+    for kind in config_roles.DEFAULT_ROLES:  # MINISGL_TOKENIZER, ..._DETOKENIZER, ..._SCHEDULER
+        var = ENV_PREFIX + kind.upper()
+        if var in environ:
+            merged.set(kind, environ[var], f"environment {var}")
+    for name, value in (flags or {}).items():
+        if value is not None:
+            merged.set(name, value, f"flag --{name.replace('_', '-')}")
+    for item in overrides:
+        merged.apply_override(item)
+    return merged.build()
+
+
+__all__ = ["ConfigError", "LaunchConfig", "load_config", "read_toml"]

@@ -1,0 +1,1 @@
+"""The plugin system: hookspecs, the manager and its entry-point loading, registries, listing."""

@@ -1,0 +1,83 @@
+"""The one way from ``--model`` to a model: the resolve hook gives a directory, the model
+registry gives the class of its architecture. The launcher, the scheduler processes,
+``minisgl tp-worker``, the offline ``LLM`` and the benchmarks all go through here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minisgl_core.engine.weights import ModelNotFoundError
+from minisgl_core.plugin.registry import RegistryError
+
+if TYPE_CHECKING:
+    import pluggy
+
+    from minisgl_core.plugin.registry import Registry
+
+
+def resolve_model(pm: pluggy.PluginManager, spec: str | None) -> str:
+    """``--model`` (None = the default model) as a local HF-format directory, through the
+    ``minisgl_resolve_model`` hook (plugins first, the core's resolver last)."""
+    try:
+        path: str | None = pm.hook.minisgl_resolve_model(spec=spec)
+    except Exception as exc:  # conversion and lookup errors are user-facing
+        raise ModelNotFoundError(f"cannot load model {spec or 'default'}: {exc}") from exc
+    if path:
+        return str(path)
+    where = Path(spec or "").expanduser()
+    if not where.exists():
+        why = "no such directory, and no plugin resolves it"
+    elif not (where / "config.json").is_file():
+        why = "not an HF-format model directory (no config.json), and no plugin resolves it"
+    else:
+        why = "no plugin resolves it"
+    raise ModelNotFoundError(f"cannot find model {spec!r}: {why}")
+
+
+def architecture(model_dir: str | Path) -> str:
+    """``architectures[0]`` of the model directory's config.json."""
+    path = Path(model_dir) / "config.json"
+    try:
+        archs = json.loads(path.read_text()).get("architectures") or []
+    except (OSError, ValueError) as exc:
+        raise ModelNotFoundError(f"cannot read {path}: {exc}") from None
+    if not archs:
+        raise ModelNotFoundError(f"{path} has no 'architectures' entry")
+    return str(archs[0])
+
+
+def model_class(models: Registry[Any], model_dir: str | Path) -> Any:
+    """The class registered (``minisgl_register_models``) for the directory's architecture;
+    ModelNotFoundError lists the supported ones, a lazy target is imported here."""
+    arch = architecture(model_dir)
+    if arch not in models:
+        known = ", ".join(models.names())
+        raise ModelNotFoundError(f"unsupported model architecture {arch!r} (supported: {known})")
+    try:
+        return models.get(arch)
+    except RegistryError as exc:  # two plugins registered it, or its module fails to import
+        raise ModelNotFoundError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model directory and the class the engine builds for it."""
+
+    path: str
+    model_class: Any
+
+
+def resolve(spec: str | None = None, pm: pluggy.PluginManager | None = None) -> ResolvedModel:
+    """Directory and class of ``spec`` through ``pm``'s plugins (a new manager when None)."""
+    from minisgl_core.plugin.loading import build_manager, collect
+
+    pm = pm if pm is not None else build_manager()
+    path = resolve_model(pm, spec)
+    return ResolvedModel(path, model_class(collect(pm).models, path))
+
+
+__all__ = ["ModelNotFoundError", "ResolvedModel", "architecture", "model_class", "resolve",
+           "resolve_model"]

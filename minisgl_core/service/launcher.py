@@ -1,0 +1,278 @@
+"""The launcher: resolve the model, spawn the workers, wait for Ready, then serve and supervise."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from minisgl_core.service.rundir import make_run_dir
+from minisgl_core.service.spec import Endpoints, WorkerSpec
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import Fatal, Ready, Shutdown, Stats
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.interfaces import Transport
+    from minisgl_core.plugin.manager import MinisglPluginManager
+    from minisgl_core.plugin.registry import Registries
+
+log = logging.getLogger("minisgl")
+
+STOP_GRACE_S = 3.0
+
+
+class LaunchError(RuntimeError):
+    """The service could not start; the message says which part and why."""
+
+
+@dataclass
+class Worker:
+    """A running worker: a process, or a thread for single-process transports."""
+
+    role: str
+    handle: Any  # multiprocessing.Process | threading.Thread
+    name: str = ""  # the role, or e.g. "scheduler-rank1" for a tensor-parallel follower
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.role
+
+    def alive(self) -> bool:
+        return self.handle.is_alive()
+
+    def describe_exit(self) -> str:
+        code = getattr(self.handle, "exitcode", None)
+        pid = getattr(self.handle, "pid", None)
+        how = f"exit code {code}" if code is None or code >= 0 else f"signal {-code}"
+        return f"minisgl::{self.name} (pid {pid}) died ({how})" if pid else f"{self.name} died"
+
+
+@dataclass
+class Service:
+    """A started engine (workers up and ready) and the clients frontends use to reach it."""
+
+    config: LaunchConfig
+    transport: Transport
+    run_dir: Path
+    endpoints: Endpoints
+    workers: list[Worker]
+    clients: dict[str, Any]
+    control: Any
+    ready_info: dict[str, str] = field(default_factory=dict)
+    plugin_modules: tuple[str, ...] = ()
+
+    def send_shutdown(self) -> None:
+        """Ask every live worker to leave its loop (bounded: a push to a dead peer would block)."""
+        inbox = {"tokenizer": self.endpoints.tokenizer, "scheduler": self.endpoints.scheduler,
+                 "detokenizer": self.endpoints.detokenizer}
+        # tensor-parallel followers have no inbox: rank 0 stops them when it leaves its loop
+        targets = [inbox[w.name] for w in self.workers if w.alive() and w.name in inbox]
+
+        def send_all() -> None:
+            for addr in targets:
+                try:
+                    # left open: closing with linger 0 would drop the message before it leaves
+                    self.transport.push(addr).send(codec.encode(Shutdown()))
+                except Exception:  # noqa: BLE001 - the worker may be gone by now
+                    pass
+
+        sender_thread = threading.Thread(target=send_all, name="shutdown", daemon=True)
+        sender_thread.start()
+        sender_thread.join(1.0)
+
+    def stop(self) -> None:
+        """Stop every worker (Shutdown, then SIGTERM, then SIGKILL) and remove the run dir."""
+        self.send_shutdown()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for w in self.workers:
+            w.handle.join(max(0.0, deadline - time.monotonic()))
+        for w in self.workers:
+            if isinstance(w.handle, mp.process.BaseProcess) and w.handle.is_alive():
+                w.handle.terminate()
+                w.handle.join(1.0)
+                if w.handle.is_alive():
+                    w.handle.kill()
+                    w.handle.join(1.0)
+        self.control.close()
+        self.transport.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        log.info("all workers stopped")
+
+
+def start_service(config: LaunchConfig, registries: Registries, model_dir: str, *,
+                  plugin_modules: tuple[str, ...] = ()) -> Service:
+    """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
+    from minisgl_core.service.transport_client import TransportEngineClient
+
+    context = max_context(model_dir, config.max_seq_len_override)
+    name = config.transport
+    transport = registries.transports.get(name)(config.transports.get(name, {}))
+    run_dir = make_run_dir()
+    ep = lambda channel: transport.endpoint(run_dir, channel)  # noqa: E731
+    frontend_ids = [f"{fe}-{os.getpid()}" for fe in config.frontends]
+    endpoints = Endpoints(tokenizer=ep("tokenizer"), scheduler=ep("scheduler"),
+                          detokenizer=ep("detokenizer"), control=ep("control"),
+                          frontends={fid: ep(f"frontend.{fid}") for fid in frontend_ids})
+    # Consumers bind before any producer starts: control and every frontend inbox first.
+    control = transport.pull(endpoints.control, bind=True)
+    clients = {fid: TransportEngineClient(transport, endpoints.frontends[fid],
+                                          endpoints.tokenizer, fid,
+                                          max_waiting=config.max_waiting_requests)
+               for fid in frontend_ids}
+    config = _tp_config(config, transport)
+    ranks = config.local_ranks()
+    from minisgl_core.engine.config import threads_per_rank
+
+    threads = threads_per_rank(config.num_threads, len(ranks))
+    common = {"config": config, "endpoints": endpoints, "model_dir": model_dir,
+              "max_context": context, "plugin_modules": plugin_modules}
+    specs = [WorkerSpec(role=role, **common) for role in ("tokenizer", "detokenizer")]  # type: ignore[arg-type]
+    specs += [WorkerSpec(role="scheduler", num_threads=threads, tp_rank=rank, local_rank=i,
+                         **common) for i, rank in enumerate(ranks)]
+    workers = _spawn(specs, transport, registries)
+    service = Service(config, transport, run_dir, endpoints, workers, clients, control,
+                      plugin_modules=plugin_modules)
+    try:
+        service.ready_info = _wait_ready(service, config.ready_timeout_s)
+    except BaseException:
+        service.stop()
+        raise
+    for client in clients.values():
+        client.set_ready(service.ready_info)
+    return service
+
+
+def _spawn(specs: list[WorkerSpec], transport: Transport, registries: Registries) -> list[Worker]:
+    from minisgl_core.service.worker import run_role, worker_main
+
+    workers = []
+    if transport.multiprocess:
+        ctx = mp.get_context("spawn")
+        for spec in specs:
+            proc = ctx.Process(target=worker_main, args=(spec,), name=f"minisgl::{spec.name}")
+            proc.start()
+            workers.append(Worker(spec.role, proc, spec.name))
+    else:
+        # transformers' lazy imports are not thread-safe: resolve them before the threads start
+        import transformers
+
+        _ = transformers.AutoTokenizer, transformers.PreTrainedTokenizerFast
+        for spec in specs:
+            thread = threading.Thread(target=run_role, args=(spec, registries, transport),
+                                      name=f"minisgl::{spec.role}", daemon=True)
+            thread.start()
+            workers.append(Worker(spec.role, thread, spec.name))
+    return workers
+
+
+def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
+    waiting = {w.name for w in service.workers}
+    info: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    while waiting:
+        for w in service.workers:
+            if w.name in waiting and not w.alive():
+                raise LaunchError(_pending_fatal(service)
+                                  or f"{w.describe_exit()} during setup")
+        if time.monotonic() > deadline:
+            raise LaunchError(f"timed out after {timeout:.0f} s waiting for: "
+                              + ", ".join(sorted(waiting)))
+        try:
+            msg = codec.decode_control(service.control.recv(timeout=0.2))
+        except TimeoutError:
+            continue
+        except codec.DecodeError as exc:
+            log.warning("launcher dropped a malformed control message: %s", exc)
+            continue
+        if isinstance(msg, Fatal):
+            raise LaunchError(msg.describe())
+        if isinstance(msg, Ready):
+            waiting.discard(msg.process)
+            info.update(msg.info)
+        elif isinstance(msg, Stats):
+            for client in service.clients.values():
+                client.update_metrics({**msg.gauges, **msg.counters})
+    return info
+
+
+def _pending_fatal(service: Service) -> str | None:
+    """The error of a Fatal already waiting on the control channel: a worker that failed says
+    why before it exits, and that beats "it died" when its exit is seen first."""
+    while (data := service.control.recv_nowait()) is not None:
+        try:
+            msg = codec.decode_control(data)
+        except codec.DecodeError:
+            continue
+        if isinstance(msg, Fatal):
+            return msg.describe()
+    return None
+
+
+def _tp_config(config: LaunchConfig, transport: Transport) -> LaunchConfig:
+    """Check tensor-parallel settings; pick a free dist_port when it is 0 (all ranks local)."""
+    if config.tp == 1:
+        return config
+    if not transport.multiprocess:
+        raise LaunchError(f"--tp {config.tp} needs a multi-process transport (zmq, nng), "
+                          f"not {config.transport}: each rank is a process")
+    if config.dist_port:
+        return config
+    import dataclasses
+
+    from minisgl_core.service.ports import free_port
+
+    return dataclasses.replace(config, dist_port=free_port(config.dist_addr))
+
+
+def max_context(model_dir: str, override: int | None) -> int:
+    """The context length a run serves: the model's, capped by ``max_seq_len_override``."""
+    import json
+
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        limit = int(cfg.get("max_position_embeddings", 2048))
+    except (OSError, ValueError) as exc:
+        raise LaunchError(f"cannot read {model_dir}/config.json: {exc}") from exc
+    return min(limit, override) if override else limit
+
+
+def launch(config: LaunchConfig, pm: MinisglPluginManager | None = None) -> int:
+    """Run the service until SIGINT/SIGTERM or a worker's death; return the exit code.
+
+    ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
+    """
+    from minisgl_core.plugin.loading import build_manager, collect
+    from minisgl_core.plugin.model_lookup import ModelNotFoundError, resolve_model
+    from minisgl_core.service.serve import serve_forever
+
+    logging.basicConfig(level=config.log_level.upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    pm = pm or build_manager()
+    registries = collect(pm)
+    try:
+        try:
+            model_dir = resolve_model(pm, config.model)
+        except ModelNotFoundError as exc:
+            raise LaunchError(str(exc)) from None
+        service = start_service(config, registries, model_dir,
+                                plugin_modules=tuple(_plugin_modules(pm)))
+    except LaunchError as exc:
+        print(f"minisgl: {exc}", file=sys.stderr)
+        return 1
+    return serve_forever(service, registries, pm)
+
+
+def _plugin_modules(pm: MinisglPluginManager) -> list[str]:
+    from minisgl_core.plugin import loading as plugins
+
+    return list(plugins.loaded_module_names(pm))
+
+
+__all__ = ["LaunchError", "Service", "launch", "start_service"]

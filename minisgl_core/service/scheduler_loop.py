@@ -1,0 +1,203 @@
+"""The scheduler process loop: receive requests, step the engine, emit one delta batch per step."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from minisgl_core.interfaces import ChannelClosed, Receiver, Scheduler, Sender, StepResult
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import (
+    Abort,
+    DetokenizeInfo,
+    ErrorInfo,
+    Message,
+    Shutdown,
+    Stats,
+    TokenBatch,
+    TokenDelta,
+    TokenizedRequest,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_TOMBSTONES = 10_000  # aborts for requests not seen yet; bounded so a flood cannot grow memory
+MAX_DRAIN = 1024  # messages taken per step, so a burst cannot starve decoding
+IDLE_WAIT_S = 0.5
+STATS_INTERVAL_S = 0.1
+
+
+class SchedulerLoop:
+    """Owns the engine: every request ends with exactly one terminal TokenDelta made here."""
+
+    def __init__(self, engine: Scheduler, inbox: Receiver, outbox: Sender,
+                 report: Callable[[Message], None]) -> None:
+        self.engine = engine
+        self.inbox = inbox
+        self.outbox = outbox
+        self.report = report
+        self.first_delta_info: dict[str, DetokenizeInfo] = {}  # sent with a request's first delta
+        self.live: set[str] = set()
+        self.tombstones: OrderedDict[str, None] = OrderedDict()
+        self.pending: list[TokenDelta] = []
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.finished_total: dict[str, int] = {}
+        self.steps_total = 0
+        self.batch_peak = 0  # most requests that got a token in one step, since start
+        self._last_stats = 0.0
+        self._stats_dirty = True
+
+    def run(self) -> None:
+        """Loop until a Shutdown message arrives or the inbox is closed."""
+        while True:
+            busy = self.engine.has_work()
+            try:
+                messages = self._receive(block=not busy)
+            except ChannelClosed:
+                return
+            for data in messages:
+                if self._handle(data):
+                    self._flush()
+                    return
+            if self.engine.has_work():
+                outputs = self.engine.step()
+                self._collect(outputs)
+                self.steps_total += 1
+                self.batch_peak = max(self.batch_peak, len(outputs))
+            self._flush()
+            self._maybe_report_stats(force=not self.engine.has_work())
+
+    def _receive(self, *, block: bool) -> list[bytes]:
+        first: bytes | None
+        if block:
+            try:
+                first = self.inbox.recv(timeout=IDLE_WAIT_S)
+            except TimeoutError:
+                return []
+        else:
+            first = self.inbox.recv_nowait()
+        if first is None:
+            return []
+        out = [first]
+        while len(out) < MAX_DRAIN and (data := self.inbox.recv_nowait()) is not None:
+            out.append(data)
+        return out
+
+    def _handle(self, data: bytes) -> bool:
+        """Handle one inbound message; True means shut down."""
+        try:
+            msg = codec.decode_scheduler(data)
+        except codec.DecodeError as exc:
+            log.warning("scheduler dropped a malformed message: %s", exc)
+            return False
+        self._stats_dirty = True
+        match msg:
+            case TokenizedRequest():
+                self._add(msg)
+            case Abort():
+                self._abort(msg.request_id)
+            case Shutdown():
+                return True
+        return False
+
+    def _add(self, req: TokenizedRequest) -> None:
+        rid = req.request_id
+        if rid in self.live:
+            log.warning("dropping a duplicate request id %s", rid)
+            return
+        if rid in self.tombstones:  # aborted before it got here
+            del self.tombstones[rid]
+            self._terminal(rid, "abort", req.detokenize, prompt_tokens=len(req.prompt_ids))
+            return
+        if req.error is not None:
+            self._terminal(rid, "error", req.detokenize, error=req.error)
+            return
+        try:
+            self.engine.add_request(rid, req.prompt_ids, req.sampling)
+        except Exception as exc:  # RequestRejected, or anything the engine refuses
+            code = getattr(exc, "code", None)
+            message = getattr(exc, "message", None) or str(exc)
+            err_type = "invalid_request_error" if code else "server_error"
+            self._terminal(rid, "error", req.detokenize, prompt_tokens=len(req.prompt_ids),
+                           error=ErrorInfo(message=message, type=err_type, code=code))
+            return
+        self.live.add(rid)
+        self.first_delta_info[rid] = req.detokenize
+        self.prompt_tokens_total += len(req.prompt_ids)
+
+    def _abort(self, rid: str) -> None:
+        if rid in self.live:
+            self.engine.abort(rid)
+            self.live.discard(rid)
+            self._terminal(rid, "abort", self.first_delta_info.pop(rid, None))
+        elif rid not in self.tombstones:
+            self.tombstones[rid] = None
+            if len(self.tombstones) > MAX_TOMBSTONES:
+                self.tombstones.popitem(last=False)
+
+    def _terminal(self, rid: str, reason: str, info: DetokenizeInfo | None, *,
+                  prompt_tokens: int = 0, error: ErrorInfo | None = None) -> None:
+        self.finished_total[reason] = self.finished_total.get(reason, 0) + 1
+        self.pending.append(TokenDelta(request_id=rid, finish_reason=reason,  # type: ignore[arg-type]
+                                       prompt_tokens=prompt_tokens, detokenize=info, error=error))
+
+    def _collect(self, outputs: Sequence[StepResult]) -> None:
+        for out in outputs:
+            rid = out.request_id
+            if rid not in self.live:  # finished or aborted earlier: never emit after a terminal
+                continue
+            if getattr(out, "error", None) is not None:  # refused after admission (a grammar)
+                self.live.discard(rid)
+                self._terminal(rid, "error", self.first_delta_info.pop(rid, None),
+                               prompt_tokens=out.prompt_tokens, error=ErrorInfo(
+                                   message=out.error.message, code=out.error.code))
+                continue
+            self.generation_tokens_total += len(out.token_ids)
+            if out.finish_reason is not None:
+                self.live.discard(rid)
+                self.finished_total[out.finish_reason] = (
+                    self.finished_total.get(out.finish_reason, 0) + 1)
+            self.pending.append(TokenDelta(
+                request_id=rid, token_ids=tuple(out.token_ids), finish_reason=out.finish_reason,
+                prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
+                cached_tokens=out.cached_tokens,
+                detokenize=self.first_delta_info.pop(rid, None),
+                logprobs=tuple(out.logprobs),
+                prompt_logprobs=out.prompt_logprobs))
+        if outputs:
+            self._stats_dirty = True
+
+    def _flush(self) -> None:
+        if self.pending:
+            batch, self.pending = TokenBatch(tuple(self.pending)), []
+            self.outbox.send(codec.encode(batch))
+
+    def _maybe_report_stats(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not self._stats_dirty or (not force and now - self._last_stats < STATS_INTERVAL_S):
+            return
+        self._last_stats, self._stats_dirty = now, False
+        self.report(self.stats())
+
+    def stats(self) -> Stats:
+        """The scheduler's gauges and counters, as sent to the launcher for /metrics."""
+        s = self.engine.stats()
+        # kv_pages_free counts pages held only by the prefix cache (evicted on demand), so it is
+        # what can be allocated now and equals kv_pages_total when idle
+        gauges = {
+            "requests_running": float(s.running), "requests_waiting": float(s.waiting),
+            "kv_pages_total": float(s.pages_total), "kv_pages_free": float(s.pages_free),
+            "scheduler_batch_peak": float(self.batch_peak),
+            "kv_pages_cached": float(s.pages_cached),
+        }
+        counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
+                    "scheduler_generation_tokens_total": float(self.generation_tokens_total),
+                    "scheduler_steps_total": float(self.steps_total),
+                    "prefix_cache_hit_tokens_total": float(s.cache_hit_tokens)}
+        counters.update({f"scheduler_finished_{k}_total": float(v)
+                         for k, v in self.finished_total.items()})
+        return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters)

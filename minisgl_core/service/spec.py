@@ -1,0 +1,59 @@
+"""WorkerSpec: everything a spawned worker needs, as plain picklable data; RoleContext: what
+a role factory gets in that worker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.plugin.registry import Registry
+
+RoleName = Literal["tokenizer", "detokenizer", "scheduler"]
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Addresses of every channel of one run (the consumer binds, producers connect)."""
+
+    tokenizer: str
+    scheduler: str
+    detokenizer: str
+    control: str
+    frontends: dict[str, str] = field(default_factory=dict)  # frontend id -> its inbound channel
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker's assignment: its role, the run's endpoints and the resolved model."""
+
+    role: RoleName
+    config: LaunchConfig
+    endpoints: Endpoints
+    model_dir: str
+    max_context: int
+    plugin_modules: tuple[str, ...] = ()
+    num_threads: int = 1
+    tp_rank: int = 0  # the scheduler's tensor-parallel rank; ranks > 0 only follow rank 0
+    local_rank: int = 0  # its index among this host's ranks (picks cuda:<local_rank>)
+
+    @property
+    def name(self) -> str:
+        """The process name: the role, with the rank for tensor-parallel followers."""
+        return self.role if self.tp_rank == 0 else f"{self.role}-rank{self.tp_rank}"
+
+
+@dataclass(frozen=True)
+class RoleContext:
+    """What a role factory is called with: ``factory(context)`` returns the role.
+
+    ``options`` is the ``[roles.<kind>.<name>]`` table of the selected implementation (empty
+    when absent; the role validates it); ``models`` is the model registry, for roles that
+    build a model (``model_lookup.model_class(context.models, context.spec.model_dir)``).
+    """
+
+    spec: WorkerSpec
+    options: Mapping[str, Any]
+    models: Registry[Any]

@@ -1,0 +1,132 @@
+"""Worker bootstrap: the entry point of every spawned process, and of every in-process thread."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from minisgl_core.service.spec import RoleContext, WorkerSpec
+from minisgl_core.wire import codec
+from minisgl_core.wire.schema import Fatal, Message, Ready
+
+if TYPE_CHECKING:
+    from minisgl_core.interfaces import Transport
+    from minisgl_core.plugin.manager import MinisglPluginManager
+    from minisgl_core.plugin.registry import Registries
+
+log = logging.getLogger(__name__)
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Entry point of a spawned worker: rebuild plugins, open the transport, run the role."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher leads shutdown
+    _set_title(f"minisgl::{spec.name}")
+    logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
+                        format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
+    from minisgl_core.plugin.loading import build_manager, collect
+
+    pm = build_manager(autoload=False, extra=list(spec.plugin_modules))
+    registries = collect(pm)
+    name = spec.config.transport
+    transport = registries.transports.get(name)(spec.config.transports.get(name, {}))
+    try:
+        ok = run_role(spec, registries, transport, pm)
+    finally:
+        transport.close()
+    log.info("%s stopped", spec.name)
+    logging.shutdown()
+    # Everything is closed; skip interpreter teardown (seconds with torch loaded).
+    os._exit(0 if ok else 1)
+
+
+def run_role(spec: WorkerSpec, registries: Registries, transport: Transport,
+             pm: MinisglPluginManager | None = None) -> bool:
+    """Build this worker's role, send Ready, run its loop; on failure send Fatal. True if clean.
+
+    ``pm`` is given in a process of the worker's own: the plugins' ``minisgl_configure`` and
+    ``minisgl_unconfigure`` then run first and last, with the role as the process name.
+    """
+    from minisgl_core.plugin.loading import configure, unconfigure
+
+    control = transport.push(spec.endpoints.control)
+
+    def report(msg: Message) -> None:
+        control.send(codec.encode(msg))
+
+    try:
+        if pm is not None:
+            configure(pm, spec.config, spec.role)
+        _run(spec, registries, transport, report)
+        return True
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        log.error("%s failed: %s\n%s", spec.name, detail, traceback.format_exc())
+        try:
+            report(Fatal(process=spec.name, pid=os.getpid(), error=detail))
+        except Exception:  # noqa: BLE001 - the launcher also watches exit codes
+            pass
+        return False
+    finally:
+        if pm is not None:
+            try:
+                unconfigure(pm, spec.config, spec.role)
+            except Exception:  # noqa: BLE001 - a plugin's cleanup must not hide the outcome
+                log.exception("%s: minisgl_unconfigure failed", spec.name)
+        control.close()
+
+
+def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report: Any) -> None:
+    from minisgl_core.service.scheduler_loop import SchedulerLoop
+    from minisgl_core.service.text_loops import run_detokenizer, run_tokenizer
+
+    # the role selected by --tokenizer/--detokenizer/--scheduler, with its [roles.<kind>.<name>]
+    name = spec.config.role_name(spec.role)
+    context = RoleContext(spec, spec.config.role_table(spec.role, name), registries.models)
+    role = registries.roles[spec.role].get(name)(context)
+    ep = spec.endpoints
+    ready = Ready(process=spec.name, pid=os.getpid())
+    if spec.role == "tokenizer":
+        inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
+        report(ready)
+        run_tokenizer(role, inbox, outbox)
+    elif spec.role == "detokenizer":
+        inbox = transport.pull(ep.detokenizer, bind=True)
+        outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
+        report(ready)
+        run_detokenizer(role, inbox, outboxes, report)
+    elif spec.tp_rank > 0:  # a tensor-parallel follower: no inbox, no outbox
+        report(ready)
+        role.follow()
+    else:
+        inbox, outbox = transport.pull(ep.scheduler, bind=True), transport.push(ep.detokenizer)
+        loop = SchedulerLoop(role, inbox, outbox, report)
+        report(Ready(process=spec.name, pid=os.getpid(), info=dict(role.info())))
+        report(loop.stats())
+        loop.run()
+    # after a clean exit only (tensor parallelism: rank 0 stops the follower ranks here); after
+    # a failure the group may be broken, and the process exit releases everything anyway
+    role.close()
+
+
+def die_with_parent() -> None:
+    """No orphans: if the parent is killed outright, the kernel kills this process too (Linux)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:
+        pass
