@@ -117,19 +117,23 @@ def test_concurrent_requests_share_batches(service: RunningService) -> None:
 def test_stream_disconnect_frees_pages(service: RunningService) -> None:
     body = {"model": service.model_name(), "max_tokens": 400, "stream": True,
             "messages": [{"role": "user", "content": "go"}], "ignore_eos": True}
+    aborted = 'minisgl_requests_finished_total{reason="abort"}'
+    before = service.metrics()[aborted]
     with httpx.stream("POST", f"{service.url}/v1/chat/completions", json=body,
                       timeout=30) as resp:
         assert resp.status_code == 200
-        seen = 0
-        for line in resp.iter_lines():
-            if line.startswith("data: "):
-                seen += 1
-            if seen >= 4:
-                break
-    assert seen >= 4
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))  # the role chunk
+        # 400 tokens take the tiny model well under a second: frozen from the stream's start,
+        # the scheduler cannot finish them before the disconnect reaches it
+        with service.paused("scheduler"):
+            assert service.metrics()["minisgl_frontend_requests_inflight"] == 1
+            resp.close()
+            gone = service.wait_metrics(
+                lambda m: m["minisgl_frontend_requests_inflight"] == 0, 20)
+            assert gone["minisgl_frontend_requests_inflight"] == 0  # its abort is sent
     assert_idle(service)
-    finished = service.metrics()['minisgl_requests_finished_total{reason="abort"}']
-    assert finished >= 1
+    assert service.metrics()[aborted] == before + 1
 
 
 def test_mixed_requests_with_random_aborts(service: RunningService) -> None:
