@@ -265,7 +265,7 @@ def compare_command(
         "-s", "--set", metavar="KEY=VALUE", help="Passed to every `minisgl launch`.")] = None,
 ) -> None:
     """Run the same streaming load on the service once per transport, next to the offline
-    engine; write results.json, results.md and plot.png."""
+    engine and any peers (other servers); write results.json, results.md and plot.png."""
     argv = [f"--transport={t}" for t in transport or []]
     argv += [f"--concurrency={c}" for c in concurrency or []]
     for flag, value, default in (("requests", requests, None), ("max-tokens", max_tokens, 64),
