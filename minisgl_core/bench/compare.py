@@ -20,6 +20,7 @@ import typer
 
 from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.offline import OfflineEngine
+from minisgl_core.bench.peers import PEERS, build_specs, check_names, start_peer, tree_rss_mb
 from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
@@ -125,13 +126,14 @@ class ServiceUnderTest:
             time.sleep(IDLE_SETTLE_S)
             idle_after = idle_cpu_percent(self.service.proc.pid)
             say(f"{self.transport}: idle CPU after the load {idle_after:.1f}% of a core")
+            rss = tree_rss_mb(self.service.proc.pid)
         finally:
             code = self.service.stop()
         tokens = sum(run["output_tokens"] for runs in self.runs.values() for run in runs)
         used = {**self.cpu_s, "client": self.client_s}
         cpu_us = {k: round(1e6 * v / max(tokens, 1), 1) for k, v in sorted(used.items())
                   if v > 0}
-        return {"transport": self.transport, "startup_s": self.startup_s,
+        return {"transport": self.transport, "startup_s": self.startup_s, "rss_mb": rss,
                 "idle_cpu_pct_before": self.idle_cpu_pct_before,
                 "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": self.load_avg,
                 "cpu_us_per_token": cpu_us, "levels": [median_run(r) for r in self.runs.values()],
@@ -175,8 +177,12 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
          max_tokens: int, model: str | None, out_dir: Path, prompt_len: int | None = None,
          duration_limit_s: float = 300.0, offline: bool = True, launch_args: Sequence[str] = (),
          command: str = "minisgl bench compare", progress: bool = True,
-         repeat: int = 1, scheduler: str | None = None) -> dict[str, Any]:
+         repeat: int = 1, scheduler: str | None = None,
+         peers: Sequence[str] = (), peer_commands: Sequence[str] = ()) -> dict[str, Any]:
     """Run everything, write results.json, results.md and plot.png into ``out_dir``.
+
+    ``peers`` (vllm, llamacpp) and ``peer_commands`` (LABEL=COMMAND) are other engines: they
+    start after the services and run each level right after them, same requests, same client.
 
     ``scheduler`` picks the services' scheduler role; with one other than ``continuous`` (the
     model) there is no offline engine to compare with, and ``synthetic`` leaves the transports
@@ -200,6 +206,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     if not names:
         raise ValueError("no multi-process transport is installed")
     model_dir = resolve_model(build_manager(), model)
+    peer_specs = build_specs(peers, peer_commands, model_dir)  # not installed: fail here
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "logs").mkdir(exist_ok=True)
     prompt = (f"prompt padded to ~{prompt_len} words" if prompt_len
@@ -212,16 +219,19 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         "machine": {"cpus": os.cpu_count(), "machine": platform.machine(),
                     "processor": platform.processor(), "python": platform.python_version()},
         "repeat": repeat, "service": [], "offline": [], "offline_runs": [],
-        "scheduler": scheduler or "continuous",
+        "scheduler": scheduler or "continuous", "peers": [],
     }
     # Every service is up at once (idle, each costs ~0.3% of a core), and each level runs on
     # the offline engine and then on every transport back to back: the machine's speed drifts
     # over minutes, so the figures compared with each other are taken minutes apart at most.
     running: list[ServiceUnderTest] = []
+    others: list[ServiceUnderTest] = []
     try:
         for name in names:
             running.append(ServiceUnderTest.start(model_dir, name, out_dir / "logs",
                                                   launch_args))
+        for spec in peer_specs:
+            others.append(start_peer(spec, out_dir / "logs"))
         quantization = _quantization(launch_args)
         ceiling = OfflineEngine(model_dir, prompt_len, quantization) if offline else None
         results["ceilings"] = _ceilings(model_dir, quantization, concurrency)
@@ -230,7 +240,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             for _ in range(repeat):
                 if ceiling is not None:
                     offline_runs.append(ceiling.measure(c, max_tokens, requests))
-                for svc in running:
+                for svc in running + others:
                     svc.run_level(c, requests, max_tokens, prompt_len, duration_limit_s,
                                   progress)
             if offline_runs:
@@ -238,10 +248,18 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                 results["offline_runs"].append(offline_runs)
     finally:
         results["service"] = [svc.finish() for svc in running]
+        results["peers"] = [peer.finish() for peer in others]
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "results.md").write_text(markdown(results))
     plot(results, out_dir / "plot.png")
     return results
+
+
+def _check_peers(names: list[str] | None) -> list[str] | None:
+    try:
+        return check_names(names) if names else names
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def compare_command(
@@ -264,11 +282,18 @@ def compare_command(
     scheduler: Annotated[str | None, typer.Option(
         help="Scheduler role of the services: continuous (the model, the default) or synthetic "
              "(no model: measures the transports and the processes around it).")] = None,
+    peer: Annotated[list[str] | None, typer.Option(
+        help=f"Also start and measure this engine (repeat): {', '.join(PEERS)} "
+             "(installed by `make bench-peers`).", callback=_check_peers)] = None,
+    peer_command: Annotated[list[str] | None, typer.Option(
+        metavar="LABEL=COMMAND", help="Also start and measure this OpenAI-compatible server "
+                                      "(repeat); {port} in COMMAND is replaced by a free port.")
+    ] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "-s", "--set", metavar="KEY=VALUE", help="Passed to every `minisgl launch`.")] = None,
 ) -> None:
     """Run the same streaming load on the service once per transport, next to the offline
-    engine; write results.json, results.md and plot.png."""
+    engine and any peers (other servers); write results.json, results.md and plot.png."""
     argv = [f"--transport={t}" for t in transport or []]
     argv += [f"--concurrency={c}" for c in concurrency or []]
     for flag, value, default in (("requests", requests, None), ("max-tokens", max_tokens, 64),
@@ -279,13 +304,15 @@ def compare_command(
             argv.append(f"--{flag}={value}")
     argv += [] if offline else ["--no-offline"]
     argv += [f"--scheduler={scheduler}"] if scheduler else []
+    argv += [f"--peer={p}" for p in peer or []]
+    argv += [f"--peer-command={p}" for p in peer_command or []]
     launch_args = [arg for kv in set_ or [] for arg in ("-s", kv)]
     argv += launch_args
     try:
         main(transport or None, concurrency or [1, 8, 32], requests, max_tokens, model, out,
              prompt_len, duration_limit, offline, launch_args,
              command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat,
-             scheduler=scheduler)
+             scheduler=scheduler, peers=peer or (), peer_commands=peer_command or ())
     except (ValueError, LookupError, RuntimeError) as exc:
         typer.echo(f"minisgl: error: {exc}", err=True)
         raise typer.Exit(1) from None

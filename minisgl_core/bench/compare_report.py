@@ -22,7 +22,8 @@ def markdown(results: dict[str, Any]) -> str:
         top = roof.get(str(lv["concurrency"]))
         return 100 * lv["output_tok_s"] / top if top else None
     rows: list[list[object]] = []
-    for svc in results["service"]:
+    engines = results["service"] + results.get("peers", [])  # peers: other engines' servers
+    for svc in engines:
         for lv in svc["levels"]:
             c = ceiling.get(lv["concurrency"])
             pct = 100 * lv["output_tok_s"] / c if c else None
@@ -36,15 +37,15 @@ def markdown(results: dict[str, Any]) -> str:
                      lv["ttft_p50_ms"], lv["ttft_p99_ms"], lv["tpot_p50_ms"], lv["tpot_p99_ms"],
                      lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
     idle = markdown_table(
-        ("transport", "start s", "idle CPU % (before load)", "idle CPU % (after load)",
-         "machine load avg at start"),
-        [[s["transport"], s["startup_s"], s["idle_cpu_pct_before"], s["idle_cpu_pct_after"],
-          s.get("load_avg")] for s in results["service"]])
-    processes = sorted({k for s in results["service"] for k in s.get("cpu_us_per_token", {})})
+        ("engine", "start s", "RSS MB (after load)", "idle CPU % (before load)",
+         "idle CPU % (after load)", "machine load avg at start"),
+        [[s["transport"], s["startup_s"], s.get("rss_mb"), s["idle_cpu_pct_before"],
+          s["idle_cpu_pct_after"], s.get("load_avg")] for s in engines])
+    processes = sorted({k for s in engines for k in s.get("cpu_us_per_token", {})})
     cpu = markdown_table(
-        ("transport", *processes),
+        ("engine", *processes),
         [[s["transport"], *(s.get("cpu_us_per_token", {}).get(k) for k in processes)]
-         for s in results["service"]])
+         for s in engines])
     m = results["machine"]
     return "\n".join([
         f"Command: `{results['command']}`", "",
@@ -80,7 +81,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.ticker
 
     fig, (tput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
-    lines = [(s["transport"], s["levels"], {"marker": "o"}) for s in results["service"]]
+    lines = [(s["transport"], s["levels"], {"marker": "o"})
+             for s in results["service"] + results.get("peers", [])]
     if results["offline"]:
         lines.append(("offline engine", results["offline"],
                       {"linestyle": "--", "color": "black", "marker": "x"}))

