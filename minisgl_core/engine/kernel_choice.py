@@ -38,6 +38,7 @@ MAX_OUT = 8192
 # previous run, a kernel that computes fast but streams slowly would win: so those runs read
 # COLD_BYTES of something else first (more than a server's L3).
 COLD_ROWS = 16
+BUSY_LOAD = 0.5  # load average per core above which timings are taken beside other work
 METHOD = 2  # in the cache key: a change in how kernels are timed invalidates old choices
 COLD_BYTES = 64 << 20
 
@@ -95,8 +96,14 @@ def candidates(role: str, device: torch.device, dtype: torch.dtype,
 
 def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
            quantization: str | None = None, *, cache: Path | None = None,
-           budget_s: float = BUDGET_S, timer: Timer | None = None) -> Choice:
-    """Each role's kernel per bucket: forced, cached, or measured now (and cached)."""
+           budget_s: float = BUDGET_S, timer: Timer | None = None,
+           load: Callable[[], float] | None = None) -> Choice:
+    """Each role's kernel per bucket: forced, cached, or measured now (and cached).
+
+    A choice measured on a busy machine (``load()``, the load average per core, above
+    ``BUSY_LOAD``) is cached too, but measured again at the first start on a quiet one: timings
+    taken beside other work can pick a kernel 1.8x slower at 32 rows.
+    """
     pools = {role: candidates(role, device, dtype, quantization) for role in shapes}
     forced = os.environ.get("MINISGL_LINEAR", "").strip().lower()
     if forced:
@@ -110,7 +117,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
            "candidates": {r: [k.name for k in p] for r, p in sorted(pools.items())}}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = (cache if cache is not None else _cache_root()) / f"linear-{digest}.json"
-    cached = _read(path, pools)
+    now = (load or machine_load)()
+    cached = _read(path, pools, remeasure_if_busy=now <= BUSY_LOAD)
     if cached is not None:
         return Choice(cached, f"cached in {path}")
     start = time.perf_counter()
@@ -118,7 +126,7 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     kernels = {role: _pick(pools[role], times[role]) for role in shapes}
     took = time.perf_counter() - start
     if complete:  # a partial measurement is used this once, never cached
-        _write(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times)
+        _write(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times, now)
     return Choice(kernels, f"measured in {took:.1f} s" + ("" if complete else
                                                             " (budget reached: partly)"))
 
@@ -213,9 +221,21 @@ def _pick(pool: Sequence[Kernel], times: Mapping[str, Sequence[float]]) -> tuple
     return tuple(in_layout(layout, b) for b in range(n))
 
 
-def _read(path: Path, pools: dict[str, list[Kernel]]) -> dict[str, tuple[Kernel, ...]] | None:
+def machine_load() -> float:
+    """The 1-minute load average per core (0 where the OS keeps none)."""
     try:
-        names = json.loads(path.read_text())["choice"]
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (OSError, AttributeError):
+        return 0.0
+
+
+def _read(path: Path, pools: dict[str, list[Kernel]],
+          remeasure_if_busy: bool = False) -> dict[str, tuple[Kernel, ...]] | None:
+    try:
+        body = json.loads(path.read_text())
+        if remeasure_if_busy and float(body.get("load", 0.0)) > BUSY_LOAD:
+            return None  # measured beside other work: measure again now that it is quiet
+        names = body["choice"]
         by_name = {r: {k.name: k for k in pool} for r, pool in pools.items()}
         out = {r: tuple(by_name[r][n] for n in names[r]) for r in pools}
     except (OSError, ValueError, KeyError, TypeError):
@@ -226,11 +246,11 @@ def _read(path: Path, pools: dict[str, list[Kernel]]) -> dict[str, tuple[Kernel,
 
 
 def _write(path: Path, key: dict[str, object], choice: dict[str, list[str]],
-           times: dict[str, dict[str, list[float]]]) -> None:
+           times: dict[str, dict[str, list[float]]], load: float) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp-{os.getpid()}")
-        body = {"key": key, "choice": choice, "seconds": times}
+        body = {"key": key, "choice": choice, "seconds": times, "load": round(load, 3)}
         tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new
     except OSError as exc:

@@ -37,14 +37,34 @@ def pool_names(monkeypatch) -> list[str]:
     return names
 
 
+def _quiet() -> float:
+    return 0.0
+
+
+def _busy() -> float:
+    return 2.0  # twice as many runnable threads as cores
+
+
 def test_choice_is_measured_once_then_read_back_the_same(tmp_path: Path, pool_names) -> None:
-    first = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    first = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"), load=_quiet)
     assert first.source.startswith("measured")
     assert len(list(tmp_path.glob("linear-*.json"))) == 1
-    for _ in range(2):
-        again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never)
+    for load in (_quiet, _busy):
+        again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never, load=load)
         assert again.source.startswith("cached")
         assert again.names() == first.names()
+
+
+def test_a_choice_measured_on_a_busy_machine_is_measured_again_when_quiet(
+        tmp_path: Path, pool_names) -> None:
+    busy = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"), load=_busy)
+    assert busy.source.startswith("measured")
+    still_busy = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never, load=_busy)
+    assert still_busy.source.startswith("cached")  # no better timings to be had now
+    quiet = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"), load=_quiet)
+    assert quiet.source.startswith("measured")
+    again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never, load=_quiet)
+    assert again.source.startswith("cached") and again.names() == quiet.names()
 
 
 def test_one_layout_per_layer_with_the_fastest_kernel_per_bucket(tmp_path: Path,
