@@ -30,7 +30,7 @@ from minisgl_core.engine.request import (
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
-from minisgl_core.engine.weights import Checkpoint, model_name_of
+from minisgl_core.engine.weights import Checkpoint, model_name_of, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class Engine:
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
             self.tokenizer, self.vocab_size, self.eos_token_ids))
         self._generated_tokens = 0
+        release_freed_memory()
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
 

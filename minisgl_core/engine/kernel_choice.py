@@ -17,7 +17,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,11 +95,14 @@ def candidates(role: str, device: torch.device, dtype: torch.dtype,
 
 
 def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
-           quantization: str | None = None, *, cache: Path | None = None,
-           budget_s: float = BUDGET_S, timer: Timer | None = None,
+           quantization: str | None = None, *, shared: Collection[str] = (),
+           cache: Path | None = None, budget_s: float = BUDGET_S, timer: Timer | None = None,
            load: Callable[[], float] | None = None) -> Choice:
     """Each role's kernel per bucket: forced, cached, or measured now (and cached).
 
+    ``shared``: roles whose weight another part of the model keeps too (a tied LM head is the
+    embedding table); they get only kernels that use that tensor as it is, so it stays one copy
+    (108 MiB on the default model), unless ``MINISGL_LINEAR`` forces another.
     A choice measured on a busy machine (``load()``, the load average per core, above
     ``BUSY_LOAD``) is cached too, but measured again at the first start on a quiet one: timings
     taken beside other work can pick a kernel 1.8x slower at 32 rows.
@@ -108,6 +111,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     forced = os.environ.get("MINISGL_LINEAR", "").strip().lower()
     if forced:
         return _forced(forced, pools, quantization)
+    for role in pools.keys() & set(shared):
+        pools[role] = [k for k in pools[role] if k.shares_weight] or pools[role]
     if all(len(pool) == 1 for pool in pools.values()):
         return Choice({r: (p[0],) * len(BUCKETS) for r, p in pools.items()}, "only candidate")
     key = {"method": METHOD, "cpu": cpu_model(), "torch": torch.__version__,

@@ -42,6 +42,15 @@ def padded_rows(rows: int, minimum: int = _MIN_ROWS) -> int:
     return -(-rows // step) * step
 
 
+def _mm(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+        residual: torch.Tensor | None) -> torch.Tensor:
+    """``x [T, in] @ w [in, out] (+ bias) (+ residual)``, the adds fused into the BLAS call."""
+    if bias is not None:
+        y = torch.addmm(bias, x, w)
+        return y if residual is None else y + residual
+    return torch.mm(x, w) if residual is None else torch.addmm(residual, x, w)
+
+
 class Kernel:
     """One way to compute ``x @ W.T (+ b) (+ residual)``; kernels sharing a ``layout`` share the
     packed weight, so a Linear can switch between them by row count at no memory cost."""
@@ -49,6 +58,9 @@ class Kernel:
     name = "?"
     layout = "?"
     quantized = False  # True: needs --quantization int8
+    # True: ``pack`` keeps the HF weight itself, so a tensor shared with another use (a tied LM
+    # head's embedding table) stays one copy in memory
+    shares_weight = False
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Whether this kernel works (and gives right answers) here."""
@@ -85,10 +97,25 @@ class Dense(Kernel):
 
     def run(self, packed: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
-        if bias is not None:
-            y = torch.addmm(bias, x, packed)
-            return y if residual is None else y + residual
-        return torch.mm(x, packed) if residual is None else torch.addmm(residual, x, packed)
+        return _mm(x, packed, bias, residual)
+
+
+class DenseHF(Kernel):
+    """``torch.mm`` on the HF weight ``[out, in]`` as it is (BLAS reads it transposed): no copy,
+    so a tied LM head and the embedding lookup share one table."""
+
+    name = layout = "dense-hf"
+    shares_weight = True
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return True
+
+    def pack(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight.contiguous()  # [out, in]: the same tensor when it is contiguous
+
+    def run(self, packed: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        return _mm(x, packed.t(), bias, residual)
 
 
 class OneDNN(Kernel):
@@ -139,7 +166,7 @@ class OneDNN(Kernel):
 
 def fp32_kernels() -> list[Kernel]:
     """The fp32 candidates, in the order ties are broken."""
-    return [OneDNN(), OneDNN("onednn-rows", 1), Dense()]
+    return [OneDNN(), OneDNN("onednn-rows", 1), Dense(), DenseHF()]
 
 
 def all_kernels() -> dict[str, Kernel]:

@@ -79,7 +79,10 @@ class DecoderForCausalLM:
         self.num_kv_heads = self.shard.num_kv  # this rank's KV heads (its KV pool's width)
         self.layers: list[Layer] = []
         self.quantization = quantization
-        self.kernels = choose(self.linear_shapes(), torch.device(device), dtype, quantization)
+        # a tied LM head multiplies by the embedding table itself: one copy of it, not two
+        tied = {"lm_head"} if cfg.tie_word_embeddings else set()
+        self.kernels = choose(self.linear_shapes(), torch.device(device), dtype, quantization,
+                              shared=tied)
         log.info("linear kernels (%s%s): %s", self.kernels.source,
                  f", {quantization}" if quantization else "", self.kernels.summary())
         self.embed = self.norm = torch.empty(0)  # embed: [V, H]
@@ -112,7 +115,7 @@ class DecoderForCausalLM:
         self.norm = self._take(ckpt, "model.norm.weight")
         self.embed = self._take(ckpt, "model.embed_tokens.weight")
         if self.tp is None or self.tp.leader:  # only rank 0 computes logits
-            head = self.embed  # tied: the packed (or transposed) head is a second copy of it
+            head = self.embed  # tied: kept as it is (see __init__), unless MINISGL_LINEAR
             if not self.cfg.tie_word_embeddings and "lm_head.weight" in ckpt:
                 head = self._take(ckpt, "lm_head.weight")
             self.lm_head = self._linear("lm_head", head, None)
