@@ -1,8 +1,10 @@
-"""Tool calls end to end against `minisgl launch` with the tiny model and the official client.
+"""Tool calls end to end against `minisgl launch` with the tiny model: the official OpenAI client
+and the gRPC frontend of the same service.
 
 ``required`` and named tool_choice are grammar-constrained, so even a random model's arguments
 validate against their schema; ``auto`` is left free (the tiny model never writes a call, so it
-answers with content), and a history with tool calls and tool results is accepted.
+answers with content), and a history with tool calls and tool results is accepted. At
+temperature 0, gRPC answers with the same calls and content as the OpenAI frontend.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import httpx
 import jsonschema
 import openai
 import pytest
 from openai import OpenAI
 
-from minisgl_core.testing.service import RunningService, launch_service
+from minisgl_core.testing.service import RunningService, free_port, launch_service
 
 SERVICE_ARGS = ["--num-pages", "1024", "--page-size", "16"]
 
@@ -61,9 +64,15 @@ def long_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
-def service(long_tiny_model: str, tmp_path_factory: pytest.TempPathFactory
+def grpc_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def service(long_tiny_model: str, grpc_port: int, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[RunningService]:
-    svc = launch_service(long_tiny_model, transport="zmq", args=SERVICE_ARGS,
+    svc = launch_service(long_tiny_model, transport="zmq", frontend="openai,grpc",
+                         args=[*SERVICE_ARGS, "--grpc-port", str(grpc_port)],
                          log_dir=tmp_path_factory.mktemp("logs"))
     try:
         yield svc
@@ -77,6 +86,10 @@ def client(service: RunningService) -> OpenAI:
 
 
 USER = [{"role": "user", "content": "What now?"}]
+HISTORY = [*USER, {"role": "assistant", "content": None, "tool_calls": [{
+    "id": "call_1", "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}]
 
 
 @pytest.mark.parametrize("tools", TOOLSETS, ids=["one", "two", "refs"])
@@ -117,10 +130,7 @@ def test_named_function_streams_like_openai(client: OpenAI, service: RunningServ
 
 def test_auto_without_a_call_is_content_and_history_is_accepted(
         client: OpenAI, service: RunningService) -> None:
-    history = [*USER, {"role": "assistant", "content": None, "tool_calls": [{
-        "id": "call_1", "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}]
+    history = HISTORY
     done = client.chat.completions.create(model=service.model_name(), messages=history,
                                           tools=[WEATHER], max_tokens=8, temperature=0)
     choice = done.choices[0]
@@ -140,3 +150,94 @@ def test_unknown_function_is_400_and_idle(client: OpenAI, service: RunningServic
     assert "launch_rockets" in err.value.message
     m = service.wait_metrics(lambda m: m.get("minisgl_requests_running") == 0, 2.0)
     assert m.get("minisgl_frontend_requests_inflight") == 0
+
+
+def _idle(m: dict[str, float]) -> bool:
+    return (m["minisgl_kv_pages_free"] == m["minisgl_kv_pages_total"]
+            and m["minisgl_requests_running"] == 0 and m["minisgl_requests_waiting"] == 0)
+
+
+def grpc_chat(port: int, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+              choice: Any = None, *, max_tokens: int, parallel_tool_calls: bool | None = None
+              ) -> tuple[str, str, list[Any], int]:
+    """Text, finish reason, tool calls and prompt tokens of one gRPC Generate at temperature 0."""
+    from minisgl_frontend_grpc.client import pb2, stream_generate
+
+    request = pb2.GenerateRequest(
+        messages=[pb2.ChatMessage(
+            role=m["role"], content=m["content"] or "", tool_call_id=m.get("tool_call_id", ""),
+            tool_calls=[pb2.ToolCall(id=c["id"], name=c["function"]["name"],
+                                     arguments=c["function"]["arguments"])
+                        for c in m.get("tool_calls", [])]) for m in messages],
+        tools=[pb2.Tool(name=t["function"]["name"], description=t["function"]["description"],
+                        parameters=json.dumps(t["function"]["parameters"])) for t in tools],
+        sampling=pb2.SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    if choice is not None:
+        request.tool_choice.CopyFrom(choice)
+    if parallel_tool_calls is not None:
+        request.parallel_tool_calls = parallel_tool_calls
+    replies = list(stream_generate(f"127.0.0.1:{port}", request, timeout=120))
+    assert not any(r.tool_calls for r in replies[:-1])  # calls come whole, at the end
+    last = replies[-1]
+    return ("".join(r.text for r in replies), last.finish_reason, list(last.tool_calls),
+            last.usage.prompt_tokens)
+
+
+def test_grpc_tool_calls_equal_the_openai_ones(client: OpenAI, service: RunningService,
+                                               grpc_port: int) -> None:
+    from minisgl_frontend_grpc.client import pb2
+
+    tools = [WEATHER, MOVE]
+    for openai_choice, grpc_choice, extra in (
+            ("required", pb2.ToolChoice(mode="required"), {"parallel_tool_calls": False}),
+            ({"type": "function", "function": {"name": "move"}},
+             pb2.ToolChoice(function="move"), {})):
+        done = client.chat.completions.create(
+            model=service.model_name(), messages=USER, tools=tools, tool_choice=openai_choice,
+            max_tokens=200, temperature=0, **extra)
+        want = done.choices[0]
+        text, reason, calls, prompt_tokens = grpc_chat(
+            grpc_port, USER, tools, grpc_choice, max_tokens=200, **extra)
+        assert (text, reason) == ("", want.finish_reason) and reason == "tool_calls"
+        assert prompt_tokens == done.usage.prompt_tokens  # the same prompt
+        assert [(c.name, c.arguments) for c in calls] == [
+            (c.function.name, c.function.arguments) for c in want.message.tool_calls or []]
+        assert all(c.id.startswith("call_") for c in calls)
+        for call in calls:
+            jsonschema.validate(json.loads(call.arguments), schema_of(tools, call.name))
+
+
+def test_grpc_history_with_tool_turns_equals_openai(client: OpenAI, service: RunningService,
+                                                    grpc_port: int) -> None:
+    done = client.chat.completions.create(model=service.model_name(), messages=HISTORY,
+                                          tools=[WEATHER], max_tokens=8, temperature=0)
+    want = done.choices[0]
+    text, reason, calls, prompt_tokens = grpc_chat(grpc_port, HISTORY, [WEATHER], max_tokens=8)
+    assert (text, reason, calls) == (want.message.content, want.finish_reason, [])
+    assert prompt_tokens == done.usage.prompt_tokens
+
+
+def test_grpc_bad_tools_are_invalid_argument_and_idle(service: RunningService,
+                                                      grpc_port: int) -> None:
+    from minisgl_frontend_grpc.client import pb2
+
+    bad_schema = fn("f", {"a": {"type": "nope"}})
+    for tools, choice, says in (
+            ([WEATHER], pb2.ToolChoice(function="launch_rockets"), "launch_rockets"),
+            ([WEATHER], pb2.ToolChoice(mode="sometimes"), "tool_choice.mode"),
+            ([fn("no spaces", {})], None, "1-64 letters"),
+            ([WEATHER, WEATHER], None, "used twice"),
+            ([bad_schema], pb2.ToolChoice(mode="required"), "nope")):  # refused by the engine
+        with pytest.raises(grpc.RpcError) as err:
+            grpc_chat(grpc_port, USER, tools, choice, max_tokens=8)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert says in (err.value.details() or "")
+    from minisgl_frontend_grpc.client import stream_generate
+
+    not_json = pb2.GenerateRequest(messages=[pb2.ChatMessage(role="user", content="x")],
+                                   tools=[pb2.Tool(name="f", parameters="{oops")])
+    with pytest.raises(grpc.RpcError) as err:
+        list(stream_generate(f"127.0.0.1:{grpc_port}", not_json, timeout=30))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "tools[0].parameters is not valid JSON" in (err.value.details() or "")
+    assert _idle(service.wait_metrics(_idle, 5.0))

@@ -1,12 +1,18 @@
-"""Turn protobuf requests into core GenerateRequests, and core errors into gRPC status codes."""
+"""Turn protobuf requests into core GenerateRequests, and core errors into gRPC status codes.
+
+Tools are handed to the core in OpenAI's shapes (``minisgl_core.text.tool_calls`` checks them),
+so the prompt and the grammar are the OpenAI frontend's for the same tools.
+"""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, get_args
 
 import grpc
 
+from minisgl_core.text.tool_calls import ToolRequest, ToolRequestError, tool_request
 from minisgl_core.wire.schema import (
     ChatMessage,
     ErrorInfo,
@@ -14,6 +20,7 @@ from minisgl_core.wire.schema import (
     SamplingParams,
     StructuredKind,
     StructuredOutput,
+    ToolCall,
 )
 
 # proto field -> SamplingParams field, for the `optional` scalars (unset = the core's default)
@@ -21,6 +28,7 @@ _OPTIONAL_SCALARS = ("temperature", "top_p", "top_k", "min_p", "seed", "presence
                      "frequency_penalty", "repetition_penalty", "logprobs", "prompt_logprobs")
 DEFAULT_MAX_TOKENS = SamplingParams().max_tokens
 STRUCTURED_KINDS: tuple[str, ...] = get_args(StructuredKind)
+TOOL_CHOICE_MODES = ("none", "auto", "required")
 
 
 class RequestError(Exception):
@@ -58,8 +66,10 @@ def to_sampling(sampling: Any) -> SamplingParams:
         raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"sampling: {exc}") from exc
 
 
-def to_core_request(request: Any, *, model_name: str, owner: str) -> GenerateRequest:
-    """Validate a ``minisgl.v1.GenerateRequest`` and build the engine's GenerateRequest."""
+def to_core_request(request: Any, *, model_name: str, owner: str
+                    ) -> tuple[GenerateRequest, ToolRequest | None]:
+    """Validate a ``minisgl.v1.GenerateRequest``: the engine's GenerateRequest, and its checked
+    tools (None without any)."""
     if request.model and request.model != model_name:
         raise RequestError(grpc.StatusCode.NOT_FOUND,
                            f"model {request.model!r} is not served here; "
@@ -77,21 +87,77 @@ def to_core_request(request: Any, *, model_name: str, owner: str) -> GenerateReq
             if not m.role:
                 raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                    f"messages[{i}].role must not be empty")
-        messages = tuple(ChatMessage(role=m.role, content=m.content) for m in request.messages)
+        messages = tuple(ChatMessage(role=m.role, content=m.content,
+                                     tool_calls=_history_calls(i, m),
+                                     tool_call_id=m.tool_call_id or None)
+                         for i, m in enumerate(request.messages))
     token_ids = None
     if request.token_ids:
         token_ids = tuple(request.token_ids)
         if min(token_ids) < 0:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
                                "token_ids must be non-negative")
+    sampling = to_sampling(request.sampling)
+    tools = to_tool_request(request)
+    if tools is not None:
+        try:
+            sampling = tools.constrain(sampling)
+        except ToolRequestError as exc:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, exc.message) from None
     return GenerateRequest(
         request_id=request.request_id or uuid.uuid4().hex,
         owner=owner,
-        sampling=to_sampling(request.sampling),
+        sampling=sampling,
         prompt=request.prompt or None,
         messages=messages,
         token_ids=token_ids,
-    )
+        tools=tools.template_json if tools is not None else None,
+    ), tools
+
+
+def to_tool_request(request: Any) -> ToolRequest | None:
+    """The checked tools of a ``minisgl.v1.GenerateRequest`` (None without any)."""
+    tools = [_tool(i, t) for i, t in enumerate(request.tools)]
+    choice: str | dict[str, Any] | None = None
+    which = request.tool_choice.WhichOneof("choice") if request.HasField("tool_choice") else None
+    if which == "mode":
+        choice = request.tool_choice.mode
+        if choice not in TOOL_CHOICE_MODES:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"tool_choice.mode must be one of {', '.join(TOOL_CHOICE_MODES)}"
+                               f", got {choice[:40]!r}")
+    elif which == "function":
+        choice = {"type": "function", "function": {"name": request.tool_choice.function}}
+    if tools and not request.messages:
+        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                           "tools need messages (a chat), not a prompt or token_ids")
+    parallel = request.parallel_tool_calls if request.HasField("parallel_tool_calls") else None
+    try:
+        return tool_request(tools, choice, parallel)
+    except ToolRequestError as exc:
+        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, exc.message) from None
+
+
+def _tool(i: int, tool: Any) -> dict[str, Any]:
+    """A proto Tool as the OpenAI tool the chat template sees (empty fields left out)."""
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    if tool.parameters:
+        try:
+            function["parameters"] = json.loads(tool.parameters)
+        except ValueError:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"tools[{i}].parameters is not valid JSON") from None
+    return {"type": "function", "function": function}
+
+
+def _history_calls(i: int, message: Any) -> tuple[ToolCall, ...]:
+    if message.tool_calls and message.role != "assistant":
+        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"messages[{i}]: only assistant messages carry tool_calls")
+    # empty arguments: OpenAI's default for a call that has none
+    return tuple(ToolCall(c.id, c.name, c.arguments or "{}") for c in message.tool_calls)
 
 
 def status_for_error(error: ErrorInfo) -> grpc.StatusCode:

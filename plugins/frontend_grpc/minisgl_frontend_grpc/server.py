@@ -17,6 +17,7 @@ from minisgl_core.engine_client import EngineClient, EngineOverloaded, EngineUna
 from minisgl_core.wire.schema import TextDelta
 from minisgl_frontend_grpc.codegen import load_stubs
 from minisgl_frontend_grpc.convert import RequestError, status_for_error, to_core_request
+from minisgl_frontend_grpc.tool_answer import ToolAnswer
 
 if TYPE_CHECKING:
     from minisgl_core.config.launch import LaunchConfig
@@ -62,29 +63,32 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
     async def Generate(self, request: Any, context: grpc.aio.ServicerContext) -> None:
         """Stream one GenerateResponse per TextDelta; errors end the call with a status code.
 
-        A client cancel or deadline reaches this coroutine only as CancelledError (and
+        With tools, only the answer's plain content streams as text; its calls go on the final
+        message. A client cancel or deadline reaches this coroutine only as CancelledError (and
         ``context.cancelled()`` is unreliable), so the engine stream is closed in ``finally``:
         closing it early aborts the request in the scheduler.
         """
         await self._authorize(context)
         try:
-            core = to_core_request(request, model_name=self._client.model_name,
-                                   owner=self._client.frontend_id)
+            core, tools = to_core_request(request, model_name=self._client.model_name,
+                                          owner=self._client.frontend_id)
         except RequestError as exc:
             await context.abort(exc.code, exc.message)
             return  # not reached: abort raises
         rid = core.request_id
+        answer = ToolAnswer(tools) if tools is not None and tools.mode != "none" else None
         stream = self._client.generate(core)
         finished = False
         try:
             async for delta in stream:
                 if delta.finish_reason is not None:
                     finished = True
-                    await self._finish(rid, delta, context)
+                    await self._finish(rid, delta, answer, context)
                     return
-                if delta.text or delta.token_ids or delta.prompt_logprobs:  # else says nothing
+                text = delta.text if answer is None else answer.content(delta.text, last=False)
+                if text or delta.token_ids or delta.prompt_logprobs:  # else says nothing
                     await context.write(pb2.GenerateResponse(
-                        request_id=rid, text=delta.text, token_ids=delta.token_ids,
+                        request_id=rid, text=text, token_ids=delta.token_ids,
                         logprobs=_logprobs(delta), prompt_logprobs=_prompt_logprobs(delta)))
             finished = True  # the engine ended the stream without a terminal delta: a bug
             await context.abort(grpc.StatusCode.INTERNAL,
@@ -101,18 +105,26 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
         finally:
             await _close(stream, self._client, rid, aborted=not finished)
 
-    async def _finish(self, rid: str, delta: TextDelta, context: grpc.aio.ServicerContext) -> None:
+    async def _finish(self, rid: str, delta: TextDelta, answer: ToolAnswer | None,
+                      context: grpc.aio.ServicerContext) -> None:
         if delta.error is not None:
             await context.abort(status_for_error(delta.error), delta.error.message)
         if delta.finish_reason not in ("stop", "length"):  # "abort" / "error" without details
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"request {rid} was ended by the engine ({delta.finish_reason})")
+        text, reason = delta.text, str(delta.finish_reason)
+        calls: list[Any] = []
+        if answer is not None:
+            text = answer.content(delta.text, last=True)
+            reason = answer.finish_reason(reason)
+            calls = [pb2.ToolCall(id=c.id, name=c.name, arguments=c.arguments)
+                     for c in answer.calls()]
         usage = pb2.Usage(prompt_tokens=delta.prompt_tokens,
                           completion_tokens=delta.completion_tokens)
         await context.write(pb2.GenerateResponse(
-            request_id=rid, text=delta.text, token_ids=delta.token_ids,
-            finish_reason=delta.finish_reason, usage=usage, logprobs=_logprobs(delta),
-            prompt_logprobs=_prompt_logprobs(delta)))
+            request_id=rid, text=text, token_ids=delta.token_ids, finish_reason=reason,
+            usage=usage, logprobs=_logprobs(delta), prompt_logprobs=_prompt_logprobs(delta),
+            tool_calls=calls))
 
 
 def _logprobs(delta: TextDelta) -> list[Any]:

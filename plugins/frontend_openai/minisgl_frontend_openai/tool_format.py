@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from minisgl_core.text.tool_calls import ToolRequest
+from minisgl_core.text.tool_parser import (
+    Arguments,
+    CallStart,
+    Content,
+    ToolCallParser,
+    collect,
+)
 from minisgl_core.wire.schema import TextDelta, TextLogprob
 from minisgl_frontend_openai.generation import ChoiceState
 from minisgl_frontend_openai.responses import ChatFormat
-from minisgl_frontend_openai.tool_parser import Arguments, CallStart, Content, ToolCallParser
-from minisgl_frontend_openai.tools import ToolRequest
 
 
 class ToolChatFormat(ChatFormat):
@@ -28,12 +34,8 @@ class ToolChatFormat(ChatFormat):
 
     def _parser(self, index: int) -> ToolCallParser:
         if index not in self._parsers:
-            self._parsers[index] = ToolCallParser(self.tools.mode, self.tools.functions,
-                                                  self.tools.named)
+            self._parsers[index] = self.tools.parser()
         return self._parsers[index]
-
-    def _reason(self, parser: ToolCallParser, reason: str) -> str:
-        return "tool_calls" if parser.calls and reason == "stop" else reason
 
     def delta_chunks(self, index: int, delta: TextDelta) -> list[dict[str, Any]]:
         parser = self._parser(index)
@@ -55,29 +57,22 @@ class ToolChatFormat(ChatFormat):
             ids.clear()
             logprobs.clear()
         if delta.finish_reason is not None:
-            out.append(self.final_chunk(index, self._reason(parser, delta.finish_reason),
+            out.append(self.final_chunk(index, parser.finish_reason(delta.finish_reason),
                                         tuple(ids), tuple(logprobs)))
             self._pending.pop(index, None)
         return out
 
     def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
-        parser = ToolCallParser(self.tools.mode, self.tools.functions, self.tools.named)
-        events = parser.feed("".join(choice.text)) + parser.finish()
-        content = "".join(e.text for e in events if isinstance(e, Content))
-        calls: list[dict[str, Any]] = []
-        for e in events:
-            if isinstance(e, CallStart):
-                calls.append({"id": e.id, "type": "function",
-                              "function": {"name": e.name, "arguments": ""}})
-            elif isinstance(e, Arguments):
-                calls[e.index]["function"]["arguments"] += e.fragment
+        parser = self.tools.parser()
+        content, calls = collect(parser.feed("".join(choice.text)) + parser.finish())
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
         if calls:
-            message["tool_calls"] = calls
+            message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.name, "arguments": c.arguments}} for c in calls]
         else:
             message["content"] = content
         return {"index": index, "message": message, "logprobs": None,
-                "finish_reason": self._reason(parser, choice.finish_reason or "stop")}
+                "finish_reason": parser.finish_reason(choice.finish_reason or "stop")}
 
 
 def _call_delta(event: CallStart | Arguments) -> dict[str, Any]:

@@ -1,79 +1,34 @@
-"""``tools``, ``tool_choice`` and ``parallel_tool_calls`` of a chat request: checks and grammars.
+"""``tools``, ``tool_choice`` and ``parallel_tool_calls`` of a chat request, as 400s when bad.
 
-``auto`` leaves the model free and the answer is parsed for ``<tool_call>`` blocks; ``required``
-and a named function constrain the output with a grammar built from the functions' parameter
-schemas, so arguments are valid by construction: a named function's output is its arguments
-object, ``required`` writes a JSON array of ``{"name", "arguments"}`` objects (one item unless
-``parallel_tool_calls``), as vLLM does.
+The checks and the grammar for ``required`` / a named function are the core's
+(``minisgl_core.text.tool_calls``); this module reads them from the request's extra fields, turns
+a ``ToolRequestError`` into the OpenAI envelope and checks that the grammar compiles before
+anything is queued.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
-from minisgl_core.wire.schema import SamplingParams, StructuredOutput
-from minisgl_frontend_openai.errors import bad_request
+from minisgl_core.text import tool_calls
+from minisgl_core.text.tool_calls import ToolRequest, ToolRequestError
+from minisgl_core.wire.schema import SamplingParams
+from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.structured import check_grammar
 
-MAX_TOOLS = 128
-NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
-
-@dataclass(frozen=True)
-class ToolRequest:
-    """A request's tools, checked: ``mode`` is none, auto, required or named."""
-
-    functions: dict[str, dict[str, Any]]  # name -> parameters schema
-    template_json: str  # the tools list as JSON text, for the chat template
-    mode: str
-    named: str | None = None
-    parallel: bool = True
-
-    def constrain(self, sampling: SamplingParams) -> SamplingParams:
-        """``sampling`` with the grammar ``required`` or a named function imposes."""
-        if self.mode == "named":
-            assert self.named is not None
-            schema: dict[str, Any] = self.functions[self.named]
-        elif self.mode == "required":
-            schema = _calls_schema(self.functions, self.parallel)
-        else:
-            return sampling
-        if sampling.structured is not None:
-            raise bad_request("tool_choice 'required' or a named function cannot be combined "
-                              "with response_format or structured_outputs", param="tool_choice")
-        return msgspec.structs.replace(
-            sampling, structured=StructuredOutput("json_schema", json.dumps(schema)))
+def _bad(exc: ToolRequestError) -> APIError:
+    return bad_request(exc.message, param=exc.param, code=exc.code)
 
 
 def tool_request(extra: Mapping[str, Any]) -> ToolRequest | None:
     """The checked tools of a request's extra fields (None when it has none); 400 if bad."""
-    tools, choice = extra.get("tools"), extra.get("tool_choice")
-    parallel = extra.get("parallel_tool_calls")
-    if parallel is not None and not isinstance(parallel, bool):
-        raise bad_request("'parallel_tool_calls' must be a boolean", param="parallel_tool_calls")
-    if not tools:
-        if choice not in (None, "none"):
-            raise bad_request("'tool_choice' needs 'tools'", param="tool_choice")
-        return None
-    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
-        raise bad_request(f"'tools' must be a list of at most {MAX_TOOLS} tools", param="tools")
-    functions: dict[str, dict[str, Any]] = {}
-    for i, tool in enumerate(tools):
-        name, parameters = _function(tool, f"tools.{i}")
-        if name in functions:
-            raise bad_request(f"tools[{i}]: the function name '{name}' is used twice",
-                              param=f"tools.{i}.function.name")
-        functions[name] = parameters
-    mode, named = _choice(choice, functions)
-    return ToolRequest(functions, json.dumps(tools, ensure_ascii=False), mode, named,
-                       True if parallel is None else parallel)
+    try:
+        return tool_calls.tool_request(extra.get("tools"), extra.get("tool_choice"),
+                                       extra.get("parallel_tool_calls"))
+    except ToolRequestError as exc:
+        raise _bad(exc) from None
 
 
 async def check_tools(tools: ToolRequest, sampling: SamplingParams) -> None:
@@ -82,87 +37,15 @@ async def check_tools(tools: ToolRequest, sampling: SamplingParams) -> None:
         await check_grammar(sampling, "tools")
 
 
-def _function(tool: Any, where: str) -> tuple[str, dict[str, Any]]:
-    if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
-        raise bad_request(f"'{where}' must be a tool of type 'function'", param=f"{where}.type")
-    fn = tool.get("function")
-    if not isinstance(fn, Mapping):
-        raise bad_request(f"'{where}.function' must be an object", param=f"{where}.function")
-    name = fn.get("name")
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise bad_request(f"'{where}.function.name' must be 1-64 letters, digits, _ . : or -",
-                          param=f"{where}.function.name")
-    parameters = fn.get("parameters", EMPTY_PARAMETERS)
-    if not isinstance(parameters, Mapping):
-        raise bad_request(f"'{where}.function.parameters' must be a JSON schema object",
-                          param=f"{where}.function.parameters")
-    return name, dict(parameters)
-
-
-def _choice(choice: Any, functions: Mapping[str, Any]) -> tuple[str, str | None]:
-    if choice is None:
-        return "auto", None
-    if choice in ("none", "auto", "required"):
-        return choice, None
-    fn = choice.get("function") if isinstance(choice, Mapping) else None
-    name = fn.get("name") if isinstance(fn, Mapping) else None
-    if not isinstance(name, str) or choice.get("type", "function") != "function":
-        raise bad_request("'tool_choice' must be none, auto, required or {\"type\": \"function\", "
-                          "\"function\": {\"name\": ...}}", param="tool_choice")
-    if name not in functions:
-        raise bad_request(f"tool_choice names the function '{name[:64]}', which is not in "
-                          "'tools'", param="tool_choice", code="unknown_function")
-    return "named", name
-
-
-def _calls_schema(functions: Mapping[str, dict[str, Any]], parallel: bool) -> dict[str, Any]:
-    """A JSON array of calls; each function's ``$defs`` are hoisted to the root, renamed."""
-    defs: dict[str, Any] = {}
-    items = []
-    for name, params in functions.items():
-        params = _hoist(name, params, defs)
-        items.append({"type": "object", "properties": {"name": {"const": name},
-                                                       "arguments": params},
-                      "required": ["name", "arguments"], "additionalProperties": False})
-    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": items}}
-    if not parallel:
-        schema["maxItems"] = 1
-    if defs:
-        schema["$defs"] = defs
-    return schema
-
-
-def _hoist(fn: str, params: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    local = {**params.get("definitions", {}), **params.get("$defs", {})}
-    if not local:
-        return params
-    prefix = re.sub(r"[^A-Za-z0-9_]", "_", fn)
-
-    def rewrite(node: Any) -> Any:
-        if isinstance(node, dict):
-            out = {k: rewrite(v) for k, v in node.items() if k not in ("$defs", "definitions")}
-            ref = out.get("$ref")
-            if isinstance(ref, str):
-                for root in ("#/$defs/", "#/definitions/"):
-                    if ref.startswith(root):
-                        out["$ref"] = f"#/$defs/{prefix}__{ref[len(root):]}"
-            return out
-        if isinstance(node, list):
-            return [rewrite(v) for v in node]
-        return node
-
-    for key, value in local.items():
-        defs[f"{prefix}__{key}"] = rewrite(value)
-    result: dict[str, Any] = rewrite(params)
-    return result
-
-
 async def prepare_tools(extra: Mapping[str, Any] | None, sampling: SamplingParams
                         ) -> tuple[ToolRequest | None, SamplingParams]:
     """A chat request's checked tools and its sampling, constrained as tool_choice asks."""
     tools = tool_request(extra or {})
     if tools is None:
         return None, sampling
-    sampling = tools.constrain(sampling)
+    try:
+        sampling = tools.constrain(sampling)
+    except ToolRequestError as exc:
+        raise _bad(exc) from None
     await check_tools(tools, sampling)
     return tools, sampling

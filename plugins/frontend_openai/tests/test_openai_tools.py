@@ -1,4 +1,4 @@
-"""Tool-call parsing and the tool-call answer shapes (whole and streamed), with a scripted model."""
+"""Tools in the prompt and the tool-call answer shapes (whole and streamed), scripted model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from minisgl_frontend_openai.tool_parser import Arguments, CallStart, Content, ToolCallParser
 from openai import OpenAI
 
 from minisgl_core.text.chat_tools import conversation
@@ -18,55 +17,6 @@ FUNCS = {"get_weather", "add"}
 AUTO_TEXT = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
              '"Par\\"is <tool_call>"}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": '
              '{"a": 1, "b": 2}}\n</tool_call>')
-REQUIRED_TEXT = '[{"name": "add", "arguments": {"a": 1, "b": {"c": "}]"}}}, {"name": "get_weather", "arguments": {}}]'  # noqa: E501
-
-
-def parse(mode: str, text: str, step: int, named: str | None = None) -> dict[str, Any]:
-    parser = ToolCallParser(mode, FUNCS, named)
-    events = []
-    for i in range(0, len(text), step):
-        events += parser.feed(text[i:i + step])
-    events += parser.finish()
-    calls: list[dict[str, str]] = []
-    content = ""
-    for e in events:
-        if isinstance(e, Content):
-            content += e.text
-        elif isinstance(e, CallStart):
-            assert e.index == len(calls) and e.id.startswith("call_")
-            calls.append({"name": e.name, "arguments": ""})
-        else:
-            assert isinstance(e, Arguments)
-            calls[e.index]["arguments"] += e.fragment
-    return {"content": content, "calls": calls}
-
-
-@pytest.mark.parametrize("step", [1, 2, 3, 5, 11, 1000])
-def test_auto_finds_calls_however_the_text_is_split(step: int) -> None:
-    got = parse("auto", AUTO_TEXT, step)
-    assert got["content"] == "Let me check."
-    assert [c["name"] for c in got["calls"]] == ["get_weather", "add"]
-    assert json.loads(got["calls"][0]["arguments"]) == {"city": 'Par"is <tool_call>'}
-    assert json.loads(got["calls"][1]["arguments"]) == {"a": 1, "b": 2}
-
-
-@pytest.mark.parametrize("step", [1, 4, 1000])
-def test_auto_leaves_everything_else_as_content(step: int) -> None:
-    for text in ("Plain answer with <b>tags</b> and a < sign.", "ends with <tool_",
-                 '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
-                 "<tool_call>not json</tool_call> after"):
-        got = parse("auto", text, step)
-        assert got == {"content": text, "calls": []}
-
-
-@pytest.mark.parametrize("step", [1, 3, 7, 1000])
-def test_required_and_named_stream_arguments(step: int) -> None:
-    got = parse("required", REQUIRED_TEXT, step)
-    assert got["content"] == ""
-    assert [(c["name"], json.loads(c["arguments"])) for c in got["calls"]] == [
-        ("add", {"a": 1, "b": {"c": "}]"}}), ("get_weather", {})]
-    named = parse("named", '{"a": 4}', step, named="add")
-    assert named["calls"] == [{"name": "add", "arguments": '{"a": 4}'}]
 
 
 def test_conversation_uses_the_template_or_the_fallback() -> None:

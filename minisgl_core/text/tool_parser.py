@@ -3,7 +3,8 @@
 ``auto`` text is free: ``<tool_call>{"name", "arguments"}</tool_call>`` blocks (Hermes / Qwen) are
 calls when their JSON names a known function, anything else is content. ``required`` text is a
 grammar-made JSON array of ``{"name", "arguments"}`` objects and ``named`` text is the arguments
-object itself, so both stream argument fragments as they are generated.
+object itself, so both stream argument fragments as they are generated. ``collect`` folds the
+events into the content and the whole calls, for a frontend that answers with them at the end.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+
+from minisgl_core.wire.schema import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # the head of one call object; the grammar writes the name first
@@ -44,6 +47,23 @@ class Arguments:
 
 
 Event = Content | CallStart | Arguments
+
+
+def collect(events: Iterable[Event]) -> tuple[str, list[ToolCall]]:
+    """The content text and the calls (arguments joined) that ``events`` make up, in order."""
+    content: list[str] = []
+    starts: list[CallStart] = []
+    arguments: list[list[str]] = []
+    for e in events:
+        if isinstance(e, Content):
+            content.append(e.text)
+        elif isinstance(e, CallStart):
+            starts.append(e)
+            arguments.append([])
+        else:
+            arguments[e.index].append(e.fragment)
+    return "".join(content), [ToolCall(s.id, s.name, "".join(a))
+                              for s, a in zip(starts, arguments, strict=True)]
 
 
 def _call_id() -> str:
@@ -82,6 +102,10 @@ class ToolCallParser:
         if self.mode == "auto":
             return self._auto(final=True)
         return []
+
+    def finish_reason(self, reason: str) -> str:
+        """``tool_calls`` for an output that ended by itself (``stop``) after making calls."""
+        return "tool_calls" if self.calls and reason == "stop" else reason
 
     # ---- named: everything is the arguments of call 0 ------------------------------------
 
