@@ -104,3 +104,31 @@ def test_a_corrupt_cache_file_is_measured_over(tmp_path: Path, pool_names) -> No
     path.write_text("{not json")
     again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
     assert again.source.startswith("measured")
+
+
+def test_a_shared_role_gets_only_kernels_that_keep_the_weight_as_it_is(tmp_path: Path,
+                                                                       pool_names) -> None:
+    if "onednn" not in pool_names:
+        pytest.skip("oneDNN is not available here")
+
+    def packed_layout_wins(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+        return 1.0 if kernel.layout == "onednn" else 2.0
+
+    shapes = {**SHAPES, "lm_head": (96, 64)}
+    choice = choose(shapes, CPU, FP32, shared={"lm_head"}, cache=tmp_path,
+                    timer=packed_layout_wins, load=_quiet)
+    assert all(k.shares_weight for k in choice.kernels["lm_head"])
+    assert not all(k.shares_weight for k in choice.kernels["qkv"])  # onednn packs a copy
+
+
+def test_a_tied_lm_head_is_the_embedding_table_itself(make_engine, monkeypatch) -> None:
+    monkeypatch.delenv("MINISGL_LINEAR", raising=False)
+    model = make_engine("llama").model  # the tiny llama ties its LM head to the embeddings
+    assert model.cfg.tie_word_embeddings and model.lm_head is not None
+    assert model.lm_head.weight.data_ptr() == model.embed.data_ptr()  # one copy, not two
+    h = torch.randn(3, model.cfg.hidden_size)
+    torch.testing.assert_close(model.lm_head(h), h @ model.embed.t())
+    monkeypatch.setenv("MINISGL_LINEAR", "dense")  # a forced kernel may pack its own copy
+    forced = make_engine("llama").model
+    assert forced.lm_head is not None and forced.lm_head.backend == "dense"
+    torch.testing.assert_close(forced.lm_head(h), h @ forced.embed.t())
