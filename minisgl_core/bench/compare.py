@@ -22,6 +22,7 @@ from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.offline import OfflineEngine
 from minisgl_core.bench.peers import PEERS, build_specs, check_names, start_peer, tree_rss_mb
 from minisgl_core.bench.serve import run_serve
+from minisgl_core.engine.weights import model_name_of
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
 
@@ -212,7 +213,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     prompt = (f"prompt padded to ~{prompt_len} words" if prompt_len
               else "prompt: a one-line question")
     results: dict[str, Any] = {
-        "command": command, "model": Path(model_dir).name, "model_dir": model_dir,
+        "command": command, "model": model_name_of(Path(model_dir)), "model_dir": model_dir,
         "max_tokens": max_tokens, "concurrency": list(concurrency), "requests": requests,
         "prompt_len": prompt_len, "prompt": prompt,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
