@@ -72,26 +72,6 @@ def _what(kind: str) -> str:
             "choice": "choice", "json": "JSON"}.get(kind, kind)
 
 
-def check(spec: StructuredOutput) -> None:
-    """Raise GrammarError unless ``spec`` converts to a grammar (no tokenizer needed: the
-    frontends call this to answer a bad schema with a 400 before anything is queued)."""
-    import xgrammar as xgr
-
-    try:
-        if spec.kind == "json_schema":
-            json_schema_grammar(spec.spec)
-        elif spec.kind == "regex":
-            xgr.Grammar.from_regex(spec.spec)
-        elif spec.kind == "grammar":
-            xgr.Grammar.from_ebnf(spec.spec)
-        elif spec.kind == "choice":
-            xgr.Grammar.from_ebnf(_choice_ebnf(spec.spec))
-    except GrammarError:
-        raise
-    except Exception as exc:  # xgrammar raises RuntimeError with the C++ location first
-        raise GrammarError(f"invalid {_what(spec.kind)}: {_reason(exc)}") from None
-
-
 class GrammarCache:
     """Compiles StructuredOutputs for one tokenizer on a background thread; LRU of futures."""
 

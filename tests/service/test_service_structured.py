@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Literal
 
 import httpx
@@ -121,3 +122,42 @@ def test_bad_schema_is_400_and_the_service_stays_idle(client: OpenAI,
         "structured_outputs": {"grammar": "root ::= undefined_rule"}})
     assert r.status_code == 400 and "undefined_rule" in r.json()["error"]["message"]
     assert _idle(service.wait_metrics(_idle, 2.0))
+
+
+# grammars that do not convert: the engine rejects them as the first delta, before any header;
+# the frontend answers 400 naming the field the grammar came in
+UNCOMPILABLE = [
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}},
+     "response_format"),
+    ({"structured_outputs": {"regex": "(("}}, "structured_outputs"),
+    ({"structured_outputs": {"grammar": "root ::= nothing"}}, "structured_outputs"),
+    ({"structured_outputs": {"json": {"$ref": "#/nowhere"}}}, "structured_outputs"),
+    ({"guided_regex": "[a-"}, "guided_regex"),
+    ({"tools": [{"function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": "nope"}}}}}], "tool_choice": "required"}, "tools"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_grammar_that_does_not_convert_is_a_400_naming_its_field(
+        service: RunningService, stream: bool) -> None:
+    for fields, param in UNCOMPILABLE:
+        r = httpx.post(f"{service.url}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "x"}], "stream": stream, **fields})
+        assert r.status_code == 400, (fields, r.text)
+        error = r.json()["error"]
+        assert error["param"] == param and error["code"] == "invalid_grammar", error
+        assert error["message"].startswith(f"{param}: invalid "), error
+    assert _idle(service.wait_metrics(_idle, 2.0))
+
+
+def test_the_frontend_never_loads_xgrammar(service: RunningService) -> None:
+    """Grammars compile in the scheduler only: the launcher stays without torch."""
+    httpx.post(f"{service.url}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+        "response_format": {"type": "json_schema", "json_schema": {
+            "name": "p", "schema": Point.model_json_schema()}}}).raise_for_status()
+    maps = Path(f"/proc/{service.proc.pid}/maps")
+    if not maps.exists():
+        pytest.skip("no /proc here")
+    assert "libtorch" not in maps.read_text()

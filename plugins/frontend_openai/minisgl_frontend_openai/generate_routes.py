@@ -35,7 +35,7 @@ from minisgl_frontend_openai.sse import (
     frame,
     race_disconnect,
 )
-from minisgl_frontend_openai.structured import with_structured
+from minisgl_frontend_openai.structured import name_grammar_error, with_structured
 from minisgl_frontend_openai.tool_format import chat_format
 from minisgl_frontend_openai.tools import prepare_tools
 
@@ -47,8 +47,10 @@ async def chat_completions(request: Request) -> Response:
     client = ctx.client
     req = parse(ChatCompletionRequest, await request.body())
     model = ctx.check_model(req.model)
-    sampling = await with_structured(req.model_extra, req.sampling(client.max_context))
-    tools, sampling = await prepare_tools(req.model_extra, sampling)
+    sampling, grammar_param = with_structured(req.model_extra, req.sampling(client.max_context))
+    tools, sampling = prepare_tools(req.model_extra, sampling)
+    if tools is not None and tools.mode in ("required", "named"):
+        grammar_param = "tools"
     messages = req.chat_messages()
     rid = uuid.uuid4().hex
     now = time.time()
@@ -63,7 +65,7 @@ async def chat_completions(request: Request) -> Response:
                       return_token_ids=bool(req.return_token_ids),
                       logprobs=sampling.logprobs is not None)
     return await answer(ctx, request, engine_requests, fmt, req.choices_per_prompt,
-                        bool(req.stream))
+                        bool(req.stream), grammar_param)
 
 
 async def completions(request: Request) -> Response:
@@ -71,7 +73,7 @@ async def completions(request: Request) -> Response:
     client = ctx.client
     req = parse(CompletionRequest, await request.body())
     model = ctx.check_model(req.model)
-    sampling = await with_structured(req.model_extra, req.sampling(client.max_context))
+    sampling, grammar_param = with_structured(req.model_extra, req.sampling(client.max_context))
     prompts = req.prompts()
     n = req.choices_per_prompt
     rid = uuid.uuid4().hex
@@ -88,12 +90,14 @@ async def completions(request: Request) -> Response:
                             created=int(now), include_usage=req.include_usage,
                             return_token_ids=bool(req.return_token_ids),
                             logprobs=sampling.logprobs is not None)
-    return await answer(ctx, request, engine_requests, fmt, n, bool(req.stream))
+    return await answer(ctx, request, engine_requests, fmt, n, bool(req.stream), grammar_param)
 
 
 async def answer(ctx: AppContext, request: Request, engine_requests: Sequence[GenerateRequest],
-                 fmt: CompletionFormat, group_size: int, stream: bool) -> Response:
-    """Run ``engine_requests`` (``group_size`` choices per prompt) and answer in ``fmt``."""
+                 fmt: CompletionFormat, group_size: int, stream: bool,
+                 grammar_param: str | None = None) -> Response:
+    """Run ``engine_requests`` (``group_size`` choices per prompt) and answer in ``fmt``;
+    ``grammar_param`` names the field whose grammar the engine may reject."""
     if not ctx.client.healthy():
         raise unavailable()
     gen = Generation(ctx.client, engine_requests, ctx.metrics, group_size=group_size)
@@ -107,7 +111,10 @@ async def answer(ctx: AppContext, request: Request, engine_requests: Sequence[Ge
     try:
         # the first delta of every choice comes before any header, so errors found while
         # tokenizing (prompt too long, bad token ids) still get a 4xx status
-        await race_disconnect(request.receive, gen.prelude())
+        try:
+            await race_disconnect(request.receive, gen.prelude())
+        except APIError as exc:
+            raise name_grammar_error(exc, grammar_param) from None
         if stream:
             return SSEResponse(_stream_body(gen, fmt, len(engine_requests)), on_close=close)
         await race_disconnect(request.receive, gen.collect())

@@ -1,13 +1,15 @@
 """``response_format`` and vLLM's ``structured_outputs`` (and older ``guided_*``) -> a grammar.
 
-The request shape is checked here (400 naming the field); whether the schema, regex or grammar
-itself converts is checked by ``check_grammar`` off the event loop, before anything is queued, so
-a bad one is a 400 naming the problem and the engine never sees it.
+The request shape is checked here (400 naming the field). Whether the schema, regex or grammar
+itself converts is the engine's to say: it compiles every grammar on its own thread anyway, and
+rejects one that does not convert as the request's first delta, before any header is sent, so a
+bad one is still a 400, named here after its field (``name_grammar_error``). Checking it here
+too would load xgrammar, and with it torch and transformers, into the frontend's process
+(+300 MB and ~1.3 s at the first structured request).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import msgspec
 
 from minisgl_core.wire.schema import SamplingParams, StructuredOutput
-from minisgl_frontend_openai.errors import bad_request
+from minisgl_frontend_openai.errors import APIError, bad_request
 
 KEYS = ("json", "regex", "choice", "grammar", "json_object")
 MAX_CHOICES = 1024  # strings in one `choice` list
@@ -106,25 +108,18 @@ def structured_output(extra: Mapping[str, Any]) -> tuple[StructuredOutput | None
     return found[0] if found else (None, None)
 
 
-async def with_structured(extra: Mapping[str, Any] | None,
-                          sampling: SamplingParams) -> SamplingParams:
-    """``sampling`` constrained as the request's extra fields ask (checked: 400 if bad)."""
+def with_structured(extra: Mapping[str, Any] | None, sampling: SamplingParams
+                    ) -> tuple[SamplingParams, str | None]:
+    """``sampling`` constrained as the request's extra fields ask (400 if their shape is bad),
+    and the field that carries the grammar (None: no grammar)."""
     spec, param = structured_output(extra or {})
     if spec is None:
-        return sampling
-    sampling = msgspec.structs.replace(sampling, structured=spec)
-    await check_grammar(sampling, param)
-    return sampling
+        return sampling, None
+    return msgspec.structs.replace(sampling, structured=spec), param
 
 
-async def check_grammar(sampling: SamplingParams, param: str | None) -> None:
-    """400 naming the problem unless the grammar of ``sampling`` converts (runs in a thread)."""
-    spec = sampling.structured
-    if spec is None or spec.kind == "json":
-        return
-    from minisgl_core.engine.grammar import GrammarError, check
-
-    try:
-        await asyncio.to_thread(check, spec)
-    except GrammarError as exc:
-        raise bad_request(f"{param}: {exc}", param=param, code="invalid_grammar") from None
+def name_grammar_error(exc: APIError, param: str | None) -> APIError:
+    """The engine's rejection of a grammar, as a 400 naming the request field it came from."""
+    if exc.code == "invalid_grammar" and param is not None and exc.param is None:
+        return bad_request(f"{param}: {exc.message}", param=param, code="invalid_grammar")
+    return exc

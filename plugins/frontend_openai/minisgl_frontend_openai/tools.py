@@ -2,8 +2,8 @@
 
 The checks and the grammar for ``required`` / a named function are the core's
 (``minisgl_core.text.tool_calls``); this module reads them from the request's extra fields, turns
-a ``ToolRequestError`` into the OpenAI envelope and checks that the grammar compiles before
-anything is queued.
+a ``ToolRequestError`` into the OpenAI envelope. Whether the grammar compiles is the engine's to
+say (see structured.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from minisgl_core.text import tool_calls
 from minisgl_core.text.tool_calls import ToolRequest, ToolRequestError
 from minisgl_core.wire.schema import SamplingParams
 from minisgl_frontend_openai.errors import APIError, bad_request
-from minisgl_frontend_openai.structured import check_grammar
 
 
 def _bad(exc: ToolRequestError) -> APIError:
@@ -31,14 +30,8 @@ def tool_request(extra: Mapping[str, Any]) -> ToolRequest | None:
         raise _bad(exc) from None
 
 
-async def check_tools(tools: ToolRequest, sampling: SamplingParams) -> None:
-    """400 unless the grammar for ``required`` / a named function compiles."""
-    if tools.mode in ("required", "named"):
-        await check_grammar(sampling, "tools")
-
-
-async def prepare_tools(extra: Mapping[str, Any] | None, sampling: SamplingParams
-                        ) -> tuple[ToolRequest | None, SamplingParams]:
+def prepare_tools(extra: Mapping[str, Any] | None, sampling: SamplingParams
+                  ) -> tuple[ToolRequest | None, SamplingParams]:
     """A chat request's checked tools and its sampling, constrained as tool_choice asks."""
     tools = tool_request(extra or {})
     if tools is None:
@@ -47,5 +40,4 @@ async def prepare_tools(extra: Mapping[str, Any] | None, sampling: SamplingParam
         sampling = tools.constrain(sampling)
     except ToolRequestError as exc:
         raise _bad(exc) from None
-    await check_tools(tools, sampling)
     return tools, sampling

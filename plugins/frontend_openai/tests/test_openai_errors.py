@@ -61,17 +61,11 @@ BAD_CHAT = [
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
      "response_format.json_schema.schema"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "foo"}}}},
-     "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"schema": "{"}}},
      "response_format.json_schema.schema"),
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs"),
     ({"structured_outputs": {}}, "structured_outputs"),
-    ({"structured_outputs": {"regex": "(("}}, "structured_outputs"),
     ({"structured_outputs": {"choice": []}}, "structured_outputs.choice"),
-    ({"structured_outputs": {"grammar": "root ::= nothing"}}, "structured_outputs"),
-    ({"structured_outputs": {"json": {"$ref": "#/nowhere"}}}, "structured_outputs"),
-    ({"guided_regex": "[a-"}, "guided_regex"),
     ({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}},
      "structured_outputs"),
     ({"tools": [{"type": "function", "function": {"name": "f g"}}]}, "tools.0.function.name"),
@@ -85,8 +79,6 @@ BAD_CHAT = [
     ({"tools": [{"function": {"name": "f"}}], "tool_choice": {"type": "function",
                                                               "function": {"name": "g"}}},
      "tool_choice"),
-    ({"tools": [{"function": {"name": "f", "parameters": {"type": "object", "properties": {
-        "a": {"type": "nope"}}}}}], "tool_choice": "required"}, "tools"),
     ({"tools": [{"function": {"name": "f"}}], "tool_choice": "required",
       "response_format": {"type": "json_object"}}, "tool_choice"),
     ({"tools": [{"function": {"name": "f"}}], "parallel_tool_calls": "yes"},
@@ -156,8 +148,8 @@ def test_openai_client_sees_bad_request(server: Any) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="scripted-model", messages=chat("x"),
                                        response_format={"type": "json_schema", "json_schema": {
-                                           "name": "x", "schema": {"type": "foo"}}})
-    assert 'invalid JSON schema: Unsupported type "foo"' in err.value.message
+                                           "name": "x"}})
+    assert "'response_format.json_schema.schema' is required" in err.value.message
 
 
 def test_unknown_model_route_and_method(server: Any, http: httpx.Client) -> None:
