@@ -182,9 +182,6 @@ class OneDNNHF(OneDNN):
     def pack(self, weight: torch.Tensor) -> torch.Tensor:
         return weight.contiguous()
 
-    def nbytes(self, packed: torch.Tensor) -> int:
-        return int(packed.numel() * packed.element_size())
-
 
 def fp32_kernels() -> list[Kernel]:
     """The fp32 candidates, in the order ties are broken."""

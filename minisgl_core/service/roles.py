@@ -47,18 +47,6 @@ def make_detokenizer(context: RoleContext) -> Detokenizer:
     return DetokenizerRole(context.spec.model_dir)
 
 
-def _trim_heap() -> None:
-    """Give back the heap that loading the weights freed (~45 MB for SmolLM2 fp32) (glibc)."""
-    import ctypes
-    import sys
-
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # another libc: nothing to trim
-            pass
-
-
 def make_scheduler(context: RoleContext) -> Scheduler:
     """The engine with continuous batching over the paged KV cache."""
     no_options("scheduler", "continuous", context.options)
@@ -86,9 +74,7 @@ def make_scheduler(context: RoleContext) -> Scheduler:
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     if cfg.tp == 1:
-        engine = Engine(config, cls)
-        _trim_heap()
-        return engine
+        return Engine(config, cls)  # which hands the heap freed while loading back to the OS
     import dataclasses
 
     from minisgl_core.engine.tp_rank import local_device, start_rank
