@@ -31,7 +31,7 @@ test: setup
 	$(BIN)/lint-imports
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/minisgl plugins --check
 	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium here: the web page tests are skipped (apt-get install chromium)"
-	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow"
+	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow" --durations=20 $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .

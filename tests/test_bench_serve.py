@@ -74,8 +74,8 @@ def test_serve_reports_each_level(service: RunningService,
     # wave per level, 4 tokens each
     expected = before + 2 * 8 * 8 + 4 * (1 + 1 + 4)
     assert service.wait_metrics(
-        lambda m: m["minisgl_generation_tokens_total"] >= expected
-    )["minisgl_generation_tokens_total"] == expected
+        lambda m: m["minisgl_generation_tokens_total"] >= expected,
+        what=f"{expected} generated tokens counted")["minisgl_generation_tokens_total"] == expected
 
 
 def test_serve_command_table_and_json(service: RunningService) -> None:

@@ -198,7 +198,7 @@ def _wait_ready(service: Service, timeout: float) -> dict[str, str]:
             info.update(msg.info)
         elif isinstance(msg, Stats):
             for client in service.clients.values():
-                client.update_metrics({**msg.gauges, **msg.counters})
+                client.update_metrics(msg)
     return info
 
 

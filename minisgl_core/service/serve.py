@@ -110,9 +110,8 @@ async def _relay_control(service: Service, failure: list[str], stop: asyncio.Eve
             log.warning("launcher dropped a malformed control message: %s", exc)
             continue
         if isinstance(msg, Stats):
-            values = {**msg.gauges, **msg.counters}
             for client in service.clients.values():
-                client.update_metrics(values)
+                client.update_metrics(msg)
         elif isinstance(msg, Fatal):
             failure.append(msg.describe())
             stop.set()

@@ -19,6 +19,7 @@ from minisgl_core.wire.schema import (
     ErrorInfo,
     GenerateRequest,
     Shutdown,
+    Stats,
     TextBatch,
     TextDelta,
 )
@@ -50,7 +51,8 @@ class TransportEngineClient:
         self._reader: asyncio.Task[None] | None = None
         self._healthy = False
         self._down_reason = "the engine is starting"
-        self._metrics: dict[str, float] = {}
+        self._reports: dict[str, dict[str, float]] = {}  # process -> its latest Stats, whole
+        self._metrics: dict[str, float] = {}  # every process's latest report, merged
         self.model_name_value = "default"
         self.max_context_value = 0
 
@@ -76,7 +78,7 @@ class TransportEngineClient:
         return self._healthy
 
     def metrics(self) -> dict[str, float]:
-        """The latest worker gauges and counters."""
+        """The latest worker gauges and counters (each worker's from one report)."""
         return dict(self._metrics)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TextDelta]:
@@ -132,9 +134,18 @@ class TransportEngineClient:
         self.max_context_value = int(info.get("max_seq_len", self.max_context_value))
         self._healthy = True
 
-    def update_metrics(self, values: dict[str, float]) -> None:
-        """Store the latest Stats from the workers."""
-        self._metrics.update(values)
+    def update_metrics(self, stats: Stats) -> None:
+        """Keep a worker's latest Stats whole, in place of its previous one.
+
+        One report is one moment of its process (the scheduler takes its gauges together,
+        between steps), and ``metrics()`` hands out a copy made here, so a reader never sees
+        one report's running requests beside another's pages.
+        """
+        self._reports[stats.process] = {**stats.gauges, **stats.counters}
+        merged: dict[str, float] = {}
+        for values in self._reports.values():
+            merged.update(values)
+        self._metrics = merged
 
     def fail_all(self, reason: str) -> None:
         """The engine is gone: end every in-flight stream with an error, refuse new requests."""

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,33 @@ def parse_metrics(text: str) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+GAUGES_SHOWN = ("minisgl_requests_running", "minisgl_requests_waiting",
+                "minisgl_kv_pages_total", "minisgl_kv_pages_free",
+                "minisgl_frontend_requests_inflight")
+
+
+def wait_for_metrics(read: Callable[[], dict[str, float]],
+                     predicate: Callable[[dict[str, float]], bool], timeout: float,
+                     what: str | None = None) -> dict[str, float]:
+    """Call ``read`` until ``predicate`` holds on what it returns (that is returned); after
+    ``timeout`` seconds raise AssertionError naming ``what`` and the last load gauges.
+
+    Waits in tests end on a condition, never on a sleep, and their timeouts are generous (a
+    host several times slower than the one they were written on still passes).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        m = read()
+        if predicate(m):
+            return m
+        if time.monotonic() > deadline:
+            shown = {k: v for k, v in m.items()
+                     if k in GAUGES_SHOWN or k.startswith("minisgl_requests_finished_total")}
+            raise AssertionError(f"waited {timeout:.0f} s for {what or 'a metrics condition'}; "
+                                 f"last: {shown}")
+        time.sleep(0.05)
 
 
 @dataclass
@@ -56,14 +83,11 @@ class RunningService:
         """/metrics parsed into {sample name with labels: value}."""
         return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=5).text)
 
-    def wait_metrics(self, predicate: object, timeout: float = 5.0) -> dict[str, float]:
-        """Poll /metrics until ``predicate(metrics)`` holds; return the last metrics either way."""
-        deadline = time.monotonic() + timeout
-        while True:
-            m = self.metrics()
-            if predicate(m) or time.monotonic() > deadline:  # type: ignore[operator]
-                return m
-            time.sleep(0.05)
+    def wait_metrics(self, predicate: Callable[[dict[str, float]], bool],
+                     timeout: float = 60.0, what: str | None = None) -> dict[str, float]:
+        """Poll /metrics until ``predicate(metrics)`` holds and return those metrics; past
+        ``timeout`` fail, saying what was awaited and what the gauges last showed."""
+        return wait_for_metrics(self.metrics, predicate, timeout, what)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         """Signal the launcher, wait for it, and make sure nothing it started is left."""

@@ -14,7 +14,12 @@ import httpx
 import psutil
 import pytest
 
-from minisgl_core.testing.service import RunningService, launch_service, parse_metrics
+from minisgl_core.testing.service import (
+    RunningService,
+    launch_service,
+    parse_metrics,
+    wait_for_metrics,
+)
 
 API_KEY = "reliability-key-7f3a9c"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -72,14 +77,9 @@ class Service:
         return parse_metrics(httpx.get(f"{self.url}/metrics", headers=AUTH, timeout=10).text)
 
     def wait_metrics(self, predicate: Callable[[dict[str, float]], bool],
-                     timeout: float) -> dict[str, float]:
-        """Poll /metrics until ``predicate`` holds or ``timeout`` passes; the last metrics."""
-        deadline = time.monotonic() + timeout
-        while True:
-            m = self.metrics()
-            if predicate(m) or time.monotonic() > deadline:
-                return m
-            time.sleep(0.05)
+                     timeout: float = 60.0, what: str | None = None) -> dict[str, float]:
+        """Poll /metrics until ``predicate`` holds; fail after ``timeout`` saying so."""
+        return wait_for_metrics(self.metrics, predicate, timeout, what)
 
     def workers(self) -> dict[str, psutil.Process]:
         """role -> worker process (tokenizer, detokenizer, scheduler)."""

@@ -146,7 +146,7 @@ def svc(pool: ServicePool) -> Service:
 def still_serving(svc: Service) -> None:
     """Workers alive, engine idle, and an ordinary request still answered."""
     assert svc.alive(), svc.log()[-3000:]
-    m = svc.wait_metrics(is_idle, 10)
+    m = svc.wait_metrics(is_idle, what="the service idle")
     assert is_idle(m), idle_view(m)
     ok = svc.post(COMPLETIONS, {"prompt": "hello", "max_tokens": 2})
     assert ok.status_code == 200, ok.text

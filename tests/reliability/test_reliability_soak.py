@@ -48,12 +48,12 @@ def soak(svc: Service, requests: int, concurrency: int, seed: int) -> SoakResult
                         make_plans(concurrency * 3, seed + 1000 + r, vocab_size=vocab),
                         concurrency)
         assert warm.failed == 0, warm.failures[:5]
-        assert is_idle(svc.wait_metrics(is_idle, 10)), idle_view(svc.metrics())
+        assert is_idle(svc.wait_metrics(is_idle, what="the service idle")), idle_view(svc.metrics())
     before = svc.rss()
     finished_before = svc.metrics()
     report = run_load(svc.url, svc.model, make_plans(requests, seed, vocab_size=vocab),
                       concurrency)
-    m = svc.wait_metrics(is_idle, 10)
+    m = svc.wait_metrics(is_idle, what="the service idle")
     after = svc.rss()
     growth = {k: (after[k] - before[k]) / before[k] for k in before}
     abort_key = 'minisgl_requests_finished_total{reason="abort"}'
@@ -145,6 +145,6 @@ def test_a_client_that_stops_reading_does_not_stall_others(pool: ServicePool) ->
         assert rest.count(b'"finish_reason":"length"') == 8
     finally:
         slow.close()
-    m = svc.wait_metrics(is_idle, 10)
+    m = svc.wait_metrics(is_idle, what="the service idle")
     assert is_idle(m), idle_view(m)
     assert svc.alive()

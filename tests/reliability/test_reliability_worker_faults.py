@@ -154,7 +154,7 @@ def test_waiting_queue_over_its_limit_gives_429(overloaded: Service) -> None:
     assert "waiting queue is full" in rejected[0].json()["error"]["message"]
     assert peak["waiting"] <= MAX_WAITING, f"waiting queue grew to {peak['waiting']:.0f}"
     print(f"burst of 32 (HTTP): {len(rejected)} got 429, peak waiting {peak['waiting']:.0f}")
-    m = svc.wait_metrics(is_idle, 10)
+    m = svc.wait_metrics(is_idle, what="the service idle")
     assert is_idle(m), idle_view(m)
     again = svc.post("/v1/completions", {"prompt": "after", "max_tokens": 2})
     assert again.status_code == 200, again.text
@@ -170,7 +170,7 @@ def test_grpc_waiting_queue_over_its_limit_gives_resource_exhausted(overloaded: 
     assert "RESOURCE_EXHAUSTED" in kinds, codes
     assert any("waiting queue is full" in c for c in codes), codes
     print(f"burst of 32 (gRPC): {sum(c != 'OK' for c in codes)} got RESOURCE_EXHAUSTED")
-    m = overloaded.wait_metrics(is_idle, 10)
+    m = overloaded.wait_metrics(is_idle, what="the service idle")
     assert is_idle(m), idle_view(m)
 
 

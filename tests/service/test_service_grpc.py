@@ -77,7 +77,7 @@ def test_grpc_cancel_frees_pages(both: tuple[RunningService, str]) -> None:
             for _ in call:
                 call.cancel()
                 break
-        m = svc.wait_metrics(_idle, timeout=2.0)
+        m = svc.wait_metrics(_idle, what="the service idle")
         assert _idle(m), m  # pages back whether the cancel or the length limit ended it
         if m.get("minisgl_scheduler_finished_abort_total", 0.0) > aborted:
             return
@@ -103,7 +103,8 @@ def test_both_frontends_share_batches(both: tuple[RunningService, str]) -> None:
         with svc.paused("scheduler"):
             grpc_jobs = [ex.submit(grpc_text, url, f"g{i}", 448) for i in range(4)]
             http_jobs = [ex.submit(openai_text, svc, f"h{i}", 448) for i in range(4)]
-            held = svc.wait_metrics(lambda m: m["minisgl_frontend_requests_inflight"] == 4, 30)
+            held = svc.wait_metrics(lambda m: m["minisgl_frontend_requests_inflight"] == 4,
+                                    what="4 requests at the frontend")
             assert held["minisgl_frontend_requests_inflight"] == 4
             time.sleep(0.5)  # the gRPC frontend has no gauge to wait on: likely in by now
         assert all(job.result()[2] == 448 for job in grpc_jobs)
@@ -112,7 +113,7 @@ def test_both_frontends_share_batches(both: tuple[RunningService, str]) -> None:
     peak = svc.metrics()["minisgl_scheduler_batch_peak"]
     assert peak >= 4, f"at most {peak} requests shared a step"
     print(f"peak batch of 4 gRPC + 4 HTTP requests: {peak:.0f}")
-    assert _idle(svc.wait_metrics(_idle, 2.0))
+    assert _idle(svc.wait_metrics(_idle, what="the service idle"))
 
 
 def test_grpc_logprobs_equal_the_openai_ones(both: tuple[RunningService, str]) -> None:
@@ -192,4 +193,4 @@ def test_grpc_structured_output_equals_openai(both: tuple[RunningService, str]) 
             list(stream_generate(url, bad, timeout=60))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert says in (err.value.details() or "")
-    assert _idle(svc.wait_metrics(_idle, 5.0))
+    assert _idle(svc.wait_metrics(_idle, what="the service idle"))

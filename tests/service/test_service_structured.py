@@ -78,7 +78,7 @@ def test_parse_returns_a_valid_object(client: OpenAI, service: RunningService,
     for choice in done.choices:
         assert choice.finish_reason == "stop", choice.message.content
         assert isinstance(choice.message.parsed, model)
-    assert _idle(service.wait_metrics(_idle, 2.0))
+    assert _idle(service.wait_metrics(_idle, what="the service idle"))
 
 
 def test_json_object_and_streaming(client: OpenAI, service: RunningService) -> None:
@@ -121,7 +121,7 @@ def test_bad_schema_is_400_and_the_service_stays_idle(client: OpenAI,
         "messages": [{"role": "user", "content": "x"}],
         "structured_outputs": {"grammar": "root ::= undefined_rule"}})
     assert r.status_code == 400 and "undefined_rule" in r.json()["error"]["message"]
-    assert _idle(service.wait_metrics(_idle, 2.0))
+    assert _idle(service.wait_metrics(_idle, what="the service idle"))
 
 
 # grammars that do not convert: the engine rejects them as the first delta, before any header;
@@ -148,7 +148,7 @@ def test_a_grammar_that_does_not_convert_is_a_400_naming_its_field(
         error = r.json()["error"]
         assert error["param"] == param and error["code"] == "invalid_grammar", error
         assert error["message"].startswith(f"{param}: invalid "), error
-    assert _idle(service.wait_metrics(_idle, 2.0))
+    assert _idle(service.wait_metrics(_idle, what="the service idle"))
 
 
 def test_the_frontend_never_loads_xgrammar(service: RunningService) -> None:

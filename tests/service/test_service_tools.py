@@ -148,7 +148,8 @@ def test_unknown_function_is_400_and_idle(client: OpenAI, service: RunningServic
             model=service.model_name(), messages=USER, tools=[WEATHER],
             tool_choice={"type": "function", "function": {"name": "launch_rockets"}})
     assert "launch_rockets" in err.value.message
-    m = service.wait_metrics(lambda m: m.get("minisgl_requests_running") == 0, 2.0)
+    m = service.wait_metrics(lambda m: m.get("minisgl_requests_running") == 0,
+                             what="no request running")
     assert m.get("minisgl_frontend_requests_inflight") == 0
 
 
@@ -240,4 +241,4 @@ def test_grpc_bad_tools_are_invalid_argument_and_idle(service: RunningService,
         list(stream_generate(f"127.0.0.1:{grpc_port}", not_json, timeout=30))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "tools[0].parameters is not valid JSON" in (err.value.details() or "")
-    assert _idle(service.wait_metrics(_idle, 5.0))
+    assert _idle(service.wait_metrics(_idle, what="the service idle"))

@@ -3,8 +3,12 @@ engine. Light on purpose: torch is imported only with ``--offline``, fastapi nev
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any, TextIO
 
 import typer
@@ -59,64 +63,109 @@ def chat(
     raise typer.Exit(1 if failed else 0)
 
 
+class Interrupt:
+    """Ctrl-C (SIGINT) during an answer stops that answer; anywhere else it ends the chat.
+
+    The handler only sets a flag while an answer runs: raising there could land the
+    KeyboardInterrupt in a finaliser or a library's cleanup, where Python drops it. The
+    streams look at the flag themselves, at every moment of an answer.
+    """
+
+    def __init__(self) -> None:
+        self._answering = False
+        self._requested = False
+
+    def requested(self) -> bool:
+        """True once Ctrl-C came during the current answer."""
+        return self._requested
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle SIGINT for the block (main thread only; elsewhere Python's default stays)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self._handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """The block is one answer: Ctrl-C inside it stops the answer, not the program."""
+        self._requested, self._answering = False, True
+        try:
+            yield
+        finally:
+            self._answering = False
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if not self._answering:
+            raise KeyboardInterrupt
+        self._requested = True
+
+
 def run(backend: Any, system: str | None, stdin: TextIO, out: TextIO, err: TextIO, *,
         interactive: bool, errors: tuple[type[Exception], ...]) -> bool:
     """The conversation loop; returns True if any turn failed."""
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
     failed = False
-    while True:
-        if interactive:
-            out.write("\n> ")
-            out.flush()
+    interrupt = Interrupt()
+    with interrupt.installed():
         try:
-            line = stdin.readline()
-        except KeyboardInterrupt:
-            break
-        if not line:
-            break
-        text = line.strip()
-        if not text:
-            continue
-        if text in ("/quit", "/exit"):
-            break
-        if text == "/reset":
-            messages = list(base)
-            err.write("[a new conversation]\n")
-            continue
-        messages.append({"role": "user", "content": text})
-        answer, ok = turn(backend, messages, out, err, errors)
-        failed |= not ok
-        if ok or answer:
-            messages.append({"role": "assistant", "content": answer})
-        else:
-            messages.pop()  # nothing came back: the question is not part of the conversation
+            while True:
+                if interactive:
+                    out.write("\n> ")
+                    out.flush()
+                line = stdin.readline()
+                if not line:
+                    break
+                text = line.strip()
+                if not text:
+                    continue
+                if text in ("/quit", "/exit"):
+                    break
+                if text == "/reset":
+                    messages = list(base)
+                    err.write("[a new conversation]\n")
+                    continue
+                messages.append({"role": "user", "content": text})
+                answer, ok = turn(backend, messages, out, err, errors, interrupt)
+                failed |= not ok
+                if ok or answer:
+                    messages.append({"role": "assistant", "content": answer})
+                else:
+                    messages.pop()  # nothing came back: the question is not in the conversation
+        except KeyboardInterrupt:  # at the prompt: leave, as a shell does
+            out.write("\n")
     return failed
 
 
 def turn(backend: Any, messages: list[dict[str, str]], out: TextIO, err: TextIO,
-         errors: tuple[type[Exception], ...]) -> tuple[str, bool]:
+         errors: tuple[type[Exception], ...], interrupt: Interrupt) -> tuple[str, bool]:
     """Stream one answer to ``out``; returns its text and whether it ended without an error."""
     pieces: list[str] = []
     start = time.monotonic()
     first: float | None = None
-    stopped, ok = False, True
-    stream = backend.stream(messages)
-    try:
-        for piece in stream:
-            if first is None:
-                first = time.monotonic()
-            pieces.append(piece)
-            out.write(piece)
-            out.flush()
-    except KeyboardInterrupt:
-        stopped = True
-    except errors as exc:
-        ok = False
-        out.write("\n" if pieces else "")
-        err.write(f"minisgl chat: {exc}\n")
-    finally:
-        stream.close()  # a stopped answer is aborted where it runs
+    ok = True
+    with interrupt.answering():
+        stream = backend.stream(messages, interrupt.requested)
+        try:
+            for piece in stream:
+                if first is None:
+                    first = time.monotonic()
+                pieces.append(piece)
+                out.write(piece)
+                out.flush()
+        except errors as exc:
+            ok = False
+            out.write("\n" if pieces else "")
+            err.write(f"minisgl chat: {exc}\n")
+        finally:
+            stream.close()  # a stopped answer is aborted where it runs
+        stopped = interrupt.requested()
     out.write("\n")
     out.flush()
     if ok:

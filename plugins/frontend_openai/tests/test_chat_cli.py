@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from minisgl_core.service.ports import free_port
@@ -90,36 +94,134 @@ def test_refusals_exit_1_with_the_reason(service: RunningService) -> None:
     assert bad.stdout.strip() == ""
 
 
-def test_ctrl_c_stops_the_answer_and_frees_its_pages(service: RunningService,
-                                                     tmp_path: Path) -> None:
-    before = service.metrics()
-    total = before["minisgl_kv_pages_total"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "minisgl_core", "chat", "--url", service.url, "--api-key", KEY,
-         "--max-tokens", "400"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+class ChatSession:
+    """``minisgl chat`` as a user runs it: lines in, and its output read as it comes."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "minisgl_core", "chat", *args], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.out, self.err = bytearray(), bytearray()
+        self._readers = [threading.Thread(target=self._drain, args=(pipe, buf), daemon=True)
+                         for pipe, buf in ((self.proc.stdout, self.out),
+                                           (self.proc.stderr, self.err))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _drain(pipe: Any, buf: bytearray) -> None:
+        while chunk := pipe.read1(4096):
+            buf.extend(chunk)
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert self.proc.poll() is None, f"chat exited waiting for {what}: {self.err!r}"
+            assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s: {self.err!r}"
+            time.sleep(0.02)
+
+    def interrupt(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+
+    def finish(self, timeout: float = 60) -> tuple[int, str, str]:
+        """/quit, then the exit code, stdout and stderr."""
+        try:
+            self.say("/quit")
+            self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+        for reader in self._readers:
+            reader.join(10)
+        return self.proc.returncode, self.out.decode(), self.err.decode()
+
+
+@pytest.fixture(scope="module")
+def paced(tiny: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+    """The synthetic scheduler at 20 tokens/s per request: a 400-token answer takes 20 s."""
+    svc = launch_service(tiny, log_dir=tmp_path_factory.mktemp("paced"), args=[
+        *ARGS, "--scheduler", "synthetic", "-s", "roles.scheduler.synthetic.tokens_per_s=20"])
     try:
-        # frozen, the scheduler cannot end the answer before Ctrl-C
-        with service.paused("scheduler"):
-            assert proc.stdin is not None
-            proc.stdin.write("Tell me a very long story\n")
-            proc.stdin.flush()
-            m = service.wait_metrics(lambda m: m["minisgl_frontend_requests_inflight"] == 1,
-                                     timeout=30)
-            assert m["minisgl_frontend_requests_inflight"] == 1
-            proc.send_signal(signal.SIGINT)
-            after = service.wait_metrics(
-                lambda m: m['minisgl_requests_finished_total{reason="abort"}']
-                > before['minisgl_requests_finished_total{reason="abort"}'], timeout=30)
-        out, err = proc.communicate("/quit\n", timeout=60)
+        yield svc
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-    assert proc.returncode == 0, err
-    assert "stopped]" in err
-    assert after['minisgl_requests_finished_total{reason="abort"}'] \
-        == before['minisgl_requests_finished_total{reason="abort"}'] + 1
-    back = service.wait_metrics(lambda m: m["minisgl_kv_pages_free"] == total
-                                and m["minisgl_requests_running"] == 0, timeout=20)
-    assert back["minisgl_kv_pages_free"] == total and back["minisgl_requests_running"] == 0
+        svc.stop()
+        assert not svc.leftover_workers()
+
+
+def aborted(m: dict[str, float]) -> float:
+    return m['minisgl_requests_finished_total{reason="abort"}']
+
+
+def assert_stopped_and_freed(service: RunningService, before: dict[str, float],
+                             session: ChatSession) -> str:
+    """The answer was stopped, the chat went on to exit 0, and the service got one abort."""
+    code, _, err = session.finish()
+    assert code == 0, err
+    assert re.search(r"^\[.*stopped\]$", err, re.M), err
+    after = service.wait_metrics(lambda m: aborted(m) > aborted(before)
+                                 and m["minisgl_requests_running"] == 0
+                                 and m["minisgl_kv_pages_free"] == m["minisgl_kv_pages_total"],
+                                 timeout=60, what="the stopped answer aborted, its pages free")
+    assert aborted(after) == aborted(before) + 1
+    return err
+
+
+def test_ctrl_c_before_the_first_byte_stops_the_answer(paced: RunningService) -> None:
+    before = paced.metrics()
+    session = ChatSession("--url", paced.url, "--api-key", KEY, "--max-tokens", "400")
+    with paced.paused("scheduler"):  # frozen: no byte of the answer can come before Ctrl-C
+        session.say("Tell me a very long story")
+        paced.wait_metrics(lambda m: m["minisgl_frontend_requests_inflight"] == 1, timeout=60,
+                           what="the question at the frontend")
+        session.interrupt()
+        session.wait_for("the stopped summary", lambda: b"stopped]" in session.err)
+    assert_stopped_and_freed(paced, before, session)
+
+
+def test_ctrl_c_between_chunks_stops_the_answer(paced: RunningService) -> None:
+    before = paced.metrics()
+    session = ChatSession("--url", paced.url, "--api-key", KEY, "--max-tokens", "400")
+    session.say("Tell me a very long story")
+    session.wait_for("two chunks of the answer", lambda: len(session.out) >= 2)
+    session.interrupt()
+    err = assert_stopped_and_freed(paced, before, session)
+    assert "400 tokens" not in err and "length" not in err
+
+
+def test_ctrl_c_while_the_connection_opens_sends_nothing() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        # fill the accept queue, which is never served: the next connect waits in SYN_SENT
+        fillers: list[socket.socket] = []
+        for _ in range(8):
+            sock = socket.socket()
+            sock.settimeout(0.5)
+            try:
+                sock.connect(("127.0.0.1", port))
+            except TimeoutError:
+                sock.close()
+                break
+            fillers.append(sock)
+        try:
+            session = ChatSession("--url", f"http://127.0.0.1:{port}", "--model", "m")
+            session.say("hello")
+            pid = session.proc.pid
+            session.wait_for("chat connecting", lambda: any(
+                c.status == "SYN_SENT" and c.raddr and c.raddr.port == port
+                for c in psutil.Process(pid).net_connections("tcp")))
+            session.interrupt()
+            session.wait_for("the stopped summary", lambda: b"stopped]" in session.err)
+            code, out, err = session.finish()
+        finally:
+            for sock in fillers:
+                sock.close()
+    assert code == 0, err
+    assert re.search(r"^\[>= 0 tokens, stopped\]$", err, re.M), err

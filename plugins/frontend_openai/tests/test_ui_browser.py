@@ -183,7 +183,7 @@ def test_stop_returns_the_pages(browser: Any, service: RunningService) -> None:
         lambda m: m.get("minisgl_scheduler_finished_abort_total", 0)
         > before.get("minisgl_scheduler_finished_abort_total", 0)
         and m["minisgl_kv_pages_free"] == total and m["minisgl_requests_running"] == 0,
-        timeout=20)
+        what="the stopped answer aborted, its pages free")
     assert after.get("minisgl_scheduler_finished_abort_total") \
         == before.get("minisgl_scheduler_finished_abort_total", 0) + 1
     assert after["minisgl_kv_pages_free"] == total and after["minisgl_requests_running"] == 0
