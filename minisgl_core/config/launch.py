@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from minisgl_core.config import roles as config_roles
-from minisgl_core.plugin.registry import suggest
+from minisgl_core.did_you_mean import suggest
+from minisgl_core.interfaces import ROLE_KINDS
 
 DTYPES = ("float32", "float16", "bfloat16")
 CACHES = ("radix", "naive")
@@ -275,7 +276,7 @@ class _Merged:
     def set(self, key: str, value: Any, source: str, text: bool = True) -> None:
         if key == "roles":
             self.set_roles(value, source)
-        elif text and key in config_roles.DEFAULT_ROLES:  # --scheduler NAME, MINISGL_SCHEDULER
+        elif text and key in ROLE_KINDS:  # --scheduler NAME, MINISGL_SCHEDULER
             self.set_roles({key: value}, source)
         elif key == "frontend" or (key == "frontends" and not isinstance(value, Mapping)):
             self.values["frontends"] = _coerce("frontends", value, source, text)
@@ -351,7 +352,7 @@ def load_config(
         var = ENV_PREFIX + key.upper()
         if key not in TABLES and key != "roles" and var in environ:
             merged.set(key, environ[var], f"environment {var}")
-    for kind in config_roles.DEFAULT_ROLES:  # MINISGL_TOKENIZER, ..._DETOKENIZER, ..._SCHEDULER
+    for kind in ROLE_KINDS:  # MINISGL_TOKENIZER, ..._DETOKENIZER, ..._SCHEDULER
         var = ENV_PREFIX + kind.upper()
         if var in environ:
             merged.set(kind, environ[var], f"environment {var}")

@@ -13,9 +13,12 @@ Registration hooks receive a ``register`` callback. Pass it a *factory* or, bett
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
+
+from minisgl_core.interfaces import ROLE_KINDS as ROLE_KINDS  # re-exported: the hooks speak of it
+from minisgl_core.interfaces import RoleKind
 
 if TYPE_CHECKING:
     import typer
@@ -32,8 +35,6 @@ Target = Any
 Register = Callable[[str, Target], None]
 """``register(name, factory_or_"module:attr")``; a name may be registered by one plugin only."""
 
-RoleKind = Literal["tokenizer", "detokenizer", "scheduler"]
-ROLE_KINDS: tuple[RoleKind, ...] = ("tokenizer", "detokenizer", "scheduler")
 
 RoleRegister = Callable[[RoleKind, str, Target], None]
 """``register(kind, name, factory_or_"module:attr")`` with ``kind`` one of ``ROLE_KINDS``."""

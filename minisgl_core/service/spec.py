@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from minisgl_core.interfaces import RoleKind
 
 if TYPE_CHECKING:
     from minisgl_core.config.launch import LaunchConfig
     from minisgl_core.plugin.registry import Registry
-
-RoleName = Literal["tokenizer", "detokenizer", "scheduler"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Endpoints:
 class WorkerSpec:
     """One worker's assignment: its role, the run's endpoints and the resolved model."""
 
-    role: RoleName
+    role: RoleKind
     config: LaunchConfig
     endpoints: Endpoints
     model_dir: str
