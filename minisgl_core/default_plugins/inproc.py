@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from minisgl_core import hookimpl
 from minisgl_core.interfaces import AddressInUse, ChannelClosed
+from minisgl_core.plugin.hookspecs import hookimpl
 from minisgl_core.plugin.transport_util import TransportOptions, check_size
 from minisgl_core.service.rundir import check_channel
 

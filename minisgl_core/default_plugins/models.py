@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from minisgl_core import hookimpl
+from minisgl_core.plugin.hookspecs import hookimpl
 
 # Lazy "module:attr" strings: registering imports nothing (torch stays off the --help path).
 # This is the only table of the built-in architectures.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from minisgl_core import hookimpl
+from minisgl_core.plugin.hookspecs import hookimpl
 
 
 @hookimpl

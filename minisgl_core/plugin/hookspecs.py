@@ -1,6 +1,7 @@
 """Every hook a minisgl plugin can implement; nothing else in minisgl declares hooks.
 
-A plugin is a module (or object) with functions decorated by ``minisgl_core.hookimpl`` whose names
+A plugin is a module (or object) with functions decorated by ``hookimpl`` (defined here, imported
+as ``minisgl_core.hookimpl`` or ``minisgl_core.api.hookimpl``) whose names
 match the specs below. Plugins are found through the ``minisgl`` entry-point group, loaded in every
 process of a service (so their import must be light, idempotent and free of side effects), and
 never called on a per-token path: hooks run while a process assembles itself.
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from minisgl_core.config.launch import LaunchConfig
 
 hookspec = pluggy.HookspecMarker("minisgl")
+hookimpl = pluggy.HookimplMarker("minisgl")
 
 T = TypeVar("T")
 
