@@ -23,11 +23,13 @@ REMOVED_IN = "0.3"
 
 # old module path -> the module its names live in now
 MOVED_MODULES: dict[str, str] = {
+    "minisgl_core.engine.scheduler": "minisgl_core.engine.batching",
 }
 
 # "old.module:Name" -> "new.module:NewName"; wins over MOVED_MODULES for that name
 MOVED_NAMES: dict[str, str] = {
     "minisgl_core.default_plugins:DEFAULT_PLUGINS": "minisgl_core.plugin.loading:DEFAULT_PLUGINS",
+    "minisgl_core.engine.scheduler:Scheduler": "minisgl_core.engine.batching:Batcher",
 }
 
 PUBLIC_MODULE = "minisgl_core.api"  # where a moved public name is best imported from
@@ -58,11 +60,15 @@ def _advice(module: str, name: str, value: object) -> str:
 def resolve(old_module: str, name: str, stacklevel: int = 3) -> Any:
     """The object ``old_module.name`` now is, after a DeprecationWarning naming its new path;
     AttributeError when that name never moved (so ``hasattr`` and ``dir`` behave)."""
-    where = new_path(old_module, name)
+    where = None if name.startswith("__") else new_path(old_module, name)
+    missing = AttributeError(f"module {old_module!r} has no attribute {name!r}")
     if where is None:
-        raise AttributeError(f"module {old_module!r} has no attribute {name!r}")
+        raise missing
     module, new_name = where
-    value = getattr(importlib.import_module(module), new_name)
+    try:
+        value = getattr(importlib.import_module(module), new_name)
+    except AttributeError:
+        raise missing from None
     warnings.warn(f"{old_module}.{name} is deprecated and goes away in minisgl {REMOVED_IN}: "
                   f"use {_advice(module, new_name, value)}", DeprecationWarning,
                   stacklevel=stacklevel)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from minisgl_core.engine import prompt_logprobs
 from minisgl_core.engine.attention import Workspace, build_metadata
+from minisgl_core.engine.batching import Batcher
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
@@ -29,7 +31,6 @@ from minisgl_core.engine.request import (
     StopReason,
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
-from minisgl_core.engine.scheduler import Scheduler
 from minisgl_core.engine.weights import Checkpoint, model_name_of, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
 
@@ -133,8 +134,8 @@ class Engine:
         self.allocator = PageAllocator(self.num_pages)
         self.workspace = Workspace(kv_heads, cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
-        self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
-                                   config.max_prefill_tokens, config.cache)
+        self.batcher = Batcher(self.allocator, self.page_size, config.max_running_requests,
+                               config.max_prefill_tokens, config.cache)
         self.requests: dict[str, Request] = {}
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
             self.tokenizer, self.vocab_size, self.eos_token_ids))
@@ -142,6 +143,13 @@ class Engine:
         release_freed_memory()
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
+
+    @property
+    def scheduler(self) -> Batcher:
+        """Deprecated name of ``batcher`` (the batching policy; the scheduler is the role)."""
+        warnings.warn("Engine.scheduler is deprecated and goes away in minisgl 0.3: use "
+                      "Engine.batcher", DeprecationWarning, stacklevel=2)
+        return self.batcher
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -189,18 +197,18 @@ class Engine:
         if sampling.prompt_logprobs is not None:
             req.prompt_lp = prompt_logprobs.PromptLogprobState(sampling.prompt_logprobs)
         self.sampler.prepare(req)
-        # a constrained request waits outside the scheduler until its grammar compiled (admit
+        # a constrained request waits outside the batcher until its grammar compiled (admit
         # raises RequestRejected for a grammar known to fail: nothing is kept then)
         parked = sampling.structured is not None and not self.grammar.admit(req)
         self.requests[request_id] = req
         if not parked:
-            self.scheduler.add(req)
+            self.batcher.add(req)
 
     def _unpark(self) -> list[StepOutput]:
         """Queue the requests whose grammar compiled; refuse those whose grammar failed."""
         attached, failed = self.grammar.ready()
         for req in attached:
-            self.scheduler.add(req)
+            self.batcher.add(req)
         for req, _ in failed:
             self.requests.pop(req.request_id, None)
         return [StepOutput(r.request_id, (), "error", len(r.prompt_ids), 0, error=exc)
@@ -212,12 +220,12 @@ class Engine:
         if req is None:
             return False
         if not self.grammar.drop(request_id):
-            self.scheduler.remove(req)
+            self.batcher.remove(req)
         return True
 
     def has_work(self) -> bool:
         """True while any request is waiting or running."""
-        return bool(self.scheduler.waiting or self.scheduler.running or self.grammar.parked)
+        return bool(self.batcher.waiting or self.batcher.running or self.grammar.parked)
 
     def run_until_idle(self) -> Iterator[StepOutput]:
         """Step until no request is left, yielding every StepOutput as it comes."""
@@ -231,7 +239,7 @@ class Engine:
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""
-        s, c = self.scheduler, self.scheduler.cache
+        s, c = self.batcher, self.batcher.cache
         waiting = len(s.waiting) + len(self.grammar.parked)  # compiling grammars wait too
         return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
@@ -244,7 +252,7 @@ class Engine:
     def step(self) -> list[StepOutput]:
         """Run one batch (decode every running request, prefill within the budget)."""
         refused = self._unpark() if self.grammar.parked else []
-        batch = self.scheduler.schedule()
+        batch = self.batcher.schedule()
         if batch is None:
             if self.grammar.parked and not refused:  # only compiling grammars: do not spin
                 self.grammar.wait(GRAMMAR_WAIT_S)
@@ -324,7 +332,7 @@ class Engine:
         if reason is not None:
             req.finish_reason = reason
             self.requests.pop(req.request_id, None)
-            self.scheduler.remove(req)
+            self.batcher.remove(req)
         return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
                           len(req.output_ids), req.cached_tokens,
                           () if logprob is None else (logprob,),
@@ -349,7 +357,7 @@ class Engine:
         """Raise AssertionError unless, with no work left, free + cached pages == total."""
         if self.has_work():
             raise AssertionError("engine is not idle")
-        cache = self.scheduler.cache
+        cache = self.batcher.cache
         cached = cache.num_pages if cache else 0
         if self.allocator.num_free + cached != self.num_pages:
             raise AssertionError(f"{self.num_pages - self.allocator.num_free - cached} pages "

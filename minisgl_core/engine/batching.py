@@ -31,8 +31,10 @@ class ScheduledBatch:
     prefill: list[tuple[Request, int]] = field(default_factory=list)
 
 
-class Scheduler:
-    """Owns the waiting queue and the running list, and every page a request holds."""
+class Batcher:
+    """The engine's batching policy: owns the waiting queue and the running list, and every page
+    a request holds; ``schedule()`` picks each step's batch. (The scheduler *role*, what a
+    service's scheduler process runs, is ``interfaces.Scheduler``: the Engine is one.)"""
 
     def __init__(self, allocator: PageAllocator, page_size: int, max_running: int,
                  max_prefill_tokens: int, cache: str = "naive") -> None:
