@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.plugin.hookspecs import hookimpl
+from minisgl_core.plugin.hookspecs import Register, hookimpl
 from minisgl_core.plugin.transport_util import TransportOptions, check_size
 from minisgl_core.service.rundir import check_channel
 
@@ -30,7 +30,7 @@ __all__ = ["InprocTransport"]
 
 
 @hookimpl
-def minisgl_register_transports(register: Any) -> None:
+def minisgl_register_transports(register: Register) -> None:
     register("inproc", "minisgl_core.default_plugins.inproc:InprocTransport")
 
 
