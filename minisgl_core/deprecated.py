@@ -30,6 +30,9 @@ MOVED_MODULES: dict[str, str] = {
 MOVED_NAMES: dict[str, str] = {
     "minisgl_core.default_plugins:DEFAULT_PLUGINS": "minisgl_core.plugin.loading:DEFAULT_PLUGINS",
     "minisgl_core.engine.scheduler:Scheduler": "minisgl_core.engine.batching:Batcher",
+    "minisgl_core.config.launch:load_config": "minisgl_core.config.sources:load_config",
+    "minisgl_core.config.launch:read_toml": "minisgl_core.config.sources:read_toml",
+    "minisgl_core.config.launch:ENV_PREFIX": "minisgl_core.config.sources:ENV_PREFIX",
 }
 
 PUBLIC_MODULE = "minisgl_core.api"  # where a moved public name is best imported from

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from minisgl_core.config.launch import ConfigError, LaunchConfig, load_config
+from minisgl_core.config.launch import ConfigError, LaunchConfig
+from minisgl_core.config.sources import load_config
 from minisgl_core.plugin.listing import PluginRow, describe
 from minisgl_core.plugin.loading import MinisglPluginManager, build_manager, collect
 from minisgl_core.plugin.registry import Registries
