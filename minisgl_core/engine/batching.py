@@ -69,6 +69,14 @@ class Batcher:
         self.allocator.free(pages)
         req.num_cached = 0
 
+    def check_pages_returned(self, num_pages: int) -> None:
+        """Raise AssertionError unless free + cached pages == ``num_pages`` (call when idle)."""
+        cached = self.cache.num_pages if self.cache else 0
+        if self.allocator.num_free + cached != num_pages:
+            raise AssertionError(f"{num_pages - self.allocator.num_free - cached} pages leaked")
+        if self.cache and (self.cache.num_evictable != cached or len(self.cache.pages()) != cached):
+            raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
+
     @property
     def num_available(self) -> int:
         """Pages that can be allocated now: free, or cached and used by no running request."""

@@ -7,7 +7,6 @@ aborted or finished and its pages go back exactly once.
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
@@ -18,9 +17,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from minisgl_core.engine import prompt_logprobs
+from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.batching import Batcher
-from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
+from minisgl_core.engine.config import (
+    DEFAULT_KV_CACHE_BYTES,
+    EngineConfig,
+    ModelConfig,
+    eos_token_ids,
+)
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.request import (
@@ -28,9 +33,9 @@ from minisgl_core.engine.request import (
     RequestRejected,
     State,
     StepOutput,
-    StopReason,
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
+from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import Checkpoint, model_name_of, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
 
@@ -60,21 +65,6 @@ class EngineStats:
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""
         return asdict(self)
-
-
-def _eos_ids(path: Path, tokenizer: Any, cfg: ModelConfig) -> frozenset[int]:
-    """The full EOS set: tokenizer, generation_config.json and config.json (lists included)."""
-    ids = set(cfg.eos_token_ids)
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen = path / "generation_config.json"
-    if gen.is_file():
-        value = json.loads(gen.read_text()).get("eos_token_id")
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(int(v) for v in value)
-    return frozenset(ids)
 
 
 def default_num_pages(config: EngineConfig, cfg: ModelConfig, num_kv_heads: int,
@@ -124,11 +114,12 @@ class Engine:
         self.model.load_weights(Checkpoint(path))
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
-        self.eos_token_ids = _eos_ids(path, self.tokenizer, cfg)
+        self.eos_token_ids = eos_token_ids(path, self.tokenizer, cfg)
         self.page_size = config.page_size
         kv_heads = int(getattr(self.model, "num_kv_heads", cfg.num_kv_heads))  # this rank's
         self.num_pages = config.num_pages or default_num_pages(config, cfg, kv_heads,
                                                                self.max_seq_len)
+        self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.num_pages)
         self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, kv_heads,
                          cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix")
         self.allocator = PageAllocator(self.num_pages)
@@ -158,42 +149,9 @@ class Engine:
         """Queue a request; RequestRejected when it can never run (nothing is kept then)."""
         if request_id in self.requests:
             raise RequestRejected("duplicate_request_id", f"request id {request_id!r} is in use")
-        prompt = [int(t) for t in prompt_ids]
-        n = len(prompt)
-        if n == 0:
-            raise RequestRejected("empty_prompt", "the prompt has no tokens")
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise RequestRejected("invalid_token_ids", f"token id {bad[0]} is outside the "
-                                  f"vocabulary (0..{self.vocab_size - 1})")
-        bad = [t for t, _ in sampling.logit_bias if t >= self.vocab_size]
-        if bad:
-            raise RequestRejected("invalid_token_ids", f"logit_bias token id {bad[0]} is outside "
-                                  f"the vocabulary (0..{self.vocab_size - 1})")
-        limit = self.max_seq_len
-        if sampling.max_tokens is None:
-            if n >= limit:
-                raise RequestRejected("context_length_exceeded", f"the prompt has {n} tokens "
-                                      f"but the context length is {limit} tokens")
-            max_tokens = limit - n
-        else:
-            max_tokens = sampling.max_tokens
-            if n + max_tokens > limit:
-                raise RequestRejected(
-                    "context_length_exceeded",
-                    f"this request needs {n + max_tokens} tokens ({n} in the prompt + "
-                    f"{max_tokens} to generate) but the context length is {limit} tokens")
-        # the last generated token is never fed back, so it needs no KV
-        pages = -(-(n + max_tokens - 1) // self.page_size)
-        if pages > self.num_pages:
-            raise RequestRejected(
-                "kv_cache_exceeded",
-                f"this request needs {pages} KV pages ({n} prompt + {max_tokens} new tokens, "
-                f"{self.page_size} per page) but the pool has {self.num_pages}")
+        prompt, max_tokens = admit(prompt_ids, sampling, self.limits)
         req = Request(request_id, prompt, sampling, max_tokens)
-        if sampling.stop:
-            # a stop string of c characters spans at most 4c one-byte tokens, plus one partial
-            req.stop_window = 4 * max(len(s) for s in sampling.stop) + 2
+        req.stop_window = stop_window(sampling.stop)
         if sampling.prompt_logprobs is not None:
             req.prompt_lp = prompt_logprobs.PromptLogprobState(sampling.prompt_logprobs)
         self.sampler.prepare(req)
@@ -328,7 +286,7 @@ class Engine:
         self.sampler.observe(req, token)
         if req.grammar is not None and not req.grammar.accept(token):
             log.warning("request %s: its grammar refused token %d", req.request_id, token)
-        reason = self._finish_reason(req, token)
+        reason = finish_reason(req, token, self.eos_token_ids, self.tokenizer)
         if reason is not None:
             req.finish_reason = reason
             self.requests.pop(req.request_id, None)
@@ -338,32 +296,11 @@ class Engine:
                           () if logprob is None else (logprob,),
                           prompt_logprobs.take(req.prompt_lp, req.prompt_ids))
 
-    def _finish_reason(self, req: Request, token: int) -> StopReason | None:
-        s = req.sampling
-        if req.grammar is not None and req.grammar.finished:
-            return "stop"  # the grammar accepted EOS: the output is complete
-        if (not s.ignore_eos and token in self.eos_token_ids) or token in s.stop_token_ids:
-            return "stop"
-        if req.stop_window:
-            tail = self.tokenizer.decode(req.output_ids[-req.stop_window:],
-                                         skip_special_tokens=s.skip_special_tokens)
-            if any(stop in tail for stop in s.stop):
-                return "stop"
-        if len(req.output_ids) >= req.max_tokens:
-            return "length"
-        return None
-
     def check_idle_invariant(self) -> None:
         """Raise AssertionError unless, with no work left, free + cached pages == total."""
         if self.has_work():
             raise AssertionError("engine is not idle")
-        cache = self.batcher.cache
-        cached = cache.num_pages if cache else 0
-        if self.allocator.num_free + cached != self.num_pages:
-            raise AssertionError(f"{self.num_pages - self.allocator.num_free - cached} pages "
-                                 "leaked")
-        if cache and (cache.num_evictable != cached or len(cache.pages()) != cached):
-            raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
+        self.batcher.check_pages_returned(self.num_pages)
         if self.grammar.parked or any(r.state is not State.FINISHED
                                       for r in self.requests.values()):
             raise AssertionError("requests left in the engine")
