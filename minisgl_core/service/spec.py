@@ -3,10 +3,12 @@ a role factory gets in that worker."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from minisgl_core import deprecated
 from minisgl_core.interfaces import RoleKind
 
 if TYPE_CHECKING:
@@ -57,3 +59,18 @@ class RoleContext:
     spec: WorkerSpec
     options: Mapping[str, Any]
     models: Registry[Any]
+
+    def __getattr__(self, name: str) -> Any:
+        # A factory written for the old signature, factory(spec: WorkerSpec), reads the spec's
+        # fields off what it is given: hand them over, with a warning, until REMOVED_IN.
+        if name not in _SPEC_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"a role factory is called with a RoleContext (factory(spec: WorkerSpec) "
+                      f"goes away in minisgl {deprecated.REMOVED_IN}): use context.spec.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(self.spec, name)
+
+
+_SPEC_FIELDS = frozenset({f.name for f in fields(WorkerSpec)} | {"name"})
+
+__getattr__ = deprecated.forwarder(__name__)  # RoleName is interfaces.RoleKind now
