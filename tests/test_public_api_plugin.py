@@ -1,0 +1,65 @@
+"""A plugin that imports only minisgl_core.api passes every contract suite: the transport's and
+the three roles'."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import public_api_plugin
+
+from minisgl_core.api import (
+    DetokenizerContract,
+    SchedulerContract,
+    TokenizerContract,
+    TransportContract,
+    private_run_dir,
+)
+
+PLUGIN = ("public_api_plugin",)
+
+
+class TestCountedTransport(TransportContract):
+    transport = public_api_plugin.NAME
+    plugins = PLUGIN
+
+
+class TestCountedTokenizer(TokenizerContract):
+    role = public_api_plugin.NAME
+    plugins = PLUGIN
+
+
+class TestCountedDetokenizer(DetokenizerContract):
+    role = public_api_plugin.NAME
+    plugins = PLUGIN
+
+
+class TestCountedScheduler(SchedulerContract):
+    role = public_api_plugin.NAME
+    plugins = PLUGIN
+
+    def test_the_wrapper_is_what_runs(self, made: Any) -> None:
+        made.add_request("w", self.prompt, public_api_plugin.SamplingParams(max_tokens=2))
+        out = self.run(made)
+        assert made.steps >= 2 and sum(len(r.token_ids) for r in out["w"]) == 2
+
+
+def test_the_transport_counts_what_it_opens() -> None:
+    transport = public_api_plugin.CountedTransport()
+    try:
+        with private_run_dir() as run_dir:
+            ep = transport.endpoint(run_dir, "count")
+            rx, tx = transport.pull(ep, bind=True), transport.push(ep)
+            tx.send(b"x")
+            assert rx.recv(timeout=30) == b"x" and transport.opened == 2
+    finally:
+        transport.close()
+
+
+def test_the_plugin_imports_only_the_public_api() -> None:
+    tree = ast.parse(Path(public_api_plugin.__file__).read_text())
+    modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    modules |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for a in node.names}
+    assert {m for m in modules if m and m.startswith("minisgl_core")} == {"minisgl_core.api"}
