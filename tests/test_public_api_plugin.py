@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import public_api_plugin
+import pytest
 
 from minisgl_core.api import (
     DetokenizerContract,
@@ -57,9 +58,15 @@ def test_the_transport_counts_what_it_opens() -> None:
         transport.close()
 
 
-def test_the_plugin_imports_only_the_public_api() -> None:
-    tree = ast.parse(Path(public_api_plugin.__file__).read_text())
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "third_party_plugin"
+ONLY_PUBLIC = [Path(public_api_plugin.__file__), *sorted(EXAMPLE.rglob("*.py"))]
+
+
+@pytest.mark.parametrize("path", ONLY_PUBLIC, ids=lambda p: p.name)
+def test_this_plugin_and_the_example_import_only_the_public_api(path: Path) -> None:
+    tree = ast.parse(path.read_text())
     modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     modules |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for a in node.names}
-    assert {m for m in modules if m and m.startswith("minisgl_core")} == {"minisgl_core.api"}
+    core = {m for m in modules if m and m.split(".")[0] == "minisgl_core"}
+    assert core <= {"minisgl_core.api"}, f"{path} imports {sorted(core)}"
