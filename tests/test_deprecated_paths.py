@@ -117,3 +117,23 @@ def test_old_paths_import_in_a_fresh_interpreter() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert "use minisgl_core.api.make_detokenizer" in out.stdout
+
+
+def test_a_factory_of_the_old_form_reads_the_worker_spec_off_its_role_context() -> None:
+    from minisgl_core.api import LaunchConfig, RoleContext, WorkerSpec
+    from minisgl_core.service.spec import Endpoints
+
+    spec = WorkerSpec(role="tokenizer", config=LaunchConfig(transport="inproc"),
+                      endpoints=Endpoints("a", "b", "c", "d"), model_dir="/models/m",
+                      max_context=128)
+    context = RoleContext(spec, {}, None)  # type: ignore[arg-type]
+
+    def old_factory(spec: WorkerSpec) -> tuple[str, int, str]:
+        return spec.model_dir, spec.max_context, spec.config.transport
+
+    with pytest.warns(DeprecationWarning) as caught:
+        assert old_factory(context) == ("/models/m", 128, "inproc")  # type: ignore[arg-type]
+    assert {str(w.message).rsplit(" ", 1)[-1] for w in caught} == {
+        "context.spec.model_dir", "context.spec.max_context", "context.spec.config"}
+    with pytest.raises(AttributeError, match="no attribute 'model_path'"):
+        context.model_path  # noqa: B018 - a name WorkerSpec never had is no forwarded field
