@@ -1,5 +1,5 @@
 """Old import paths of moved names: each keeps working until REMOVED_IN, with a DeprecationWarning
-naming the new path (docs/plugins.md, "What is public and how long a moved name lives").
+naming the new path (docs/plugins.md, "What is public, and how long a moved name lives").
 
 Two tables say everything: ``MOVED_MODULES`` (a module that moved whole: its old path still
 imports, as a stub whose attributes come from the new module) and ``MOVED_NAMES`` (one name that
@@ -96,11 +96,8 @@ def new_path(old_module: str, name: str) -> tuple[str, str] | None:
 
 def _advice(module: str, name: str, value: object) -> str:
     """The path to name in the warning: the public API's when it holds the same object."""
-    try:
-        api = importlib.import_module(PUBLIC_MODULE)
-    except ModuleNotFoundError:
-        return f"{module}.{name}"
-    if name in getattr(api, "__all__", ()) and getattr(api, name, None) is value:
+    api = importlib.import_module(PUBLIC_MODULE)
+    if name in api.__all__ and getattr(api, name) is value:
         return f"{PUBLIC_MODULE}.{name}"
     return f"{module}.{name}"
 
@@ -150,8 +147,6 @@ class _StubLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name, f"Deprecated: moved to {MOVED_MODULES[spec.name]}.")
         module.__getattr__ = forwarder(spec.name)  # type: ignore[method-assign]
-        if any(old.startswith(spec.name + ".") for old in MOVED_MODULES):
-            module.__path__ = []  # an old package: its old submodules import through us too
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -165,6 +160,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED_MODULES:
             return None
+        # an old package (minisgl_core.runtime): its old submodules are found here too
         is_package = any(old.startswith(fullname + ".") for old in MOVED_MODULES)
         return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=is_package)
 
