@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from minisgl_core.interfaces import Receiver, Sender
-from minisgl_core.service.rundir import check_channel
+from minisgl_core.api import Receiver, Sender, check_channel
 
 _HOST = "127.0.0.1"
 _handed_out: set[int] = set()  # ports this process already assigned (never hand one out twice)
