@@ -50,10 +50,12 @@ from minisgl_core.plugin.model_lookup import (
     resolve_model,
 )
 from minisgl_core.plugin.transport_util import TransportOptions, check_size
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.sampling import (
     MAX_LOGPROBS,
     PromptLogprobs,
     SamplingParams,
+    StructuredKind,
     StructuredOutput,
     TokenLogprob,
 )
@@ -114,13 +116,13 @@ __all__ = [
     "Tokenizer", "Transport", "TransportFactory",
     # the messages and the sampling types
     "MAX_LOGPROBS", "ChatMessage", "DetokenizeInfo", "ErrorInfo", "FinishReason",
-    "GenerateRequest", "PromptLogprobs", "SamplingParams", "StructuredOutput", "TextDelta",
-    "TextLogprob", "TextPromptLogprobs", "TokenBatch", "TokenDelta", "TokenLogprob",
+    "GenerateRequest", "PromptLogprobs", "SamplingParams", "StructuredKind", "StructuredOutput",
+    "TextDelta", "TextLogprob", "TextPromptLogprobs", "TokenBatch", "TokenDelta", "TokenLogprob",
     "TokenizedRequest", "ToolCall",
-    # frontends: the engine, and tool calls
+    # frontends: the engine, saying no, and tool calls
     "Arguments", "CallStart", "Content", "EngineClient", "EngineOverloaded",
-    "EngineUnavailable", "Event", "ToolCallParser", "ToolRequest", "ToolRequestError",
-    "collect_tool_calls", "tool_request",
+    "EngineUnavailable", "Event", "RequestRejected", "ToolCallParser", "ToolRequest",
+    "ToolRequestError", "collect_tool_calls", "tool_request",
     # roles: what a factory gets, and the core's roles a plugin may wrap
     "DetokenizerRole", "RoleContext", "TokenizerRole", "WorkerSpec", "make_detokenizer",
     "make_scheduler", "make_tokenizer",

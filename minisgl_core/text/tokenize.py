@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.text.chat_tools import conversation
 from minisgl_core.wire.schema import (
     DetokenizeInfo,
@@ -19,15 +20,6 @@ CHAT_ROLES = ("system", "user", "assistant", "tool")
 PROMPT_TAIL = 6
 # Longest piece of user input an error message may quote.
 QUOTE_LIMIT = 40
-
-
-class RequestError(Exception):
-    """A request that cannot be served as sent; becomes ``TokenizedRequest.error``."""
-
-    def __init__(self, message: str, *, code: str | None = None, param: str | None = None):
-        super().__init__(message)
-        self.info = ErrorInfo(message=message, type="invalid_request_error", code=code,
-                              param=param)
 
 
 def _quote(value: object) -> str:
@@ -65,8 +57,8 @@ class TokenizerRole:
         try:
             ids, param = self._prompt_ids(req)
             self._check_length(len(ids), req.sampling, param)
-        except RequestError as exc:
-            return self._reject(req, info, exc.info)
+        except RequestRejected as exc:
+            return self._reject(req, info, exc.info())
         except Exception as exc:  # a tokenizer bug must not take the process down
             return self._reject(req, info, ErrorInfo(
                 f"tokenization failed: {type(exc).__name__}", "server_error"))
@@ -78,7 +70,7 @@ class TokenizerRole:
 
     def encode(self, req: GenerateRequest, *, add_generation_prompt: bool = True
                ) -> tuple[int, ...]:
-        """The prompt ids ``tokenize`` would send for ``req``; raises RequestError (for the
+        """The prompt ids ``tokenize`` would send for ``req``; raises RequestRejected (for the
         frontends' /tokenize, which show what the engine will see)."""
         if req.messages is not None and req.prompt is None and req.token_ids is None:
             return self._chat_ids(req, add_generation_prompt=add_generation_prompt)
@@ -95,14 +87,14 @@ class TokenizerRole:
         given = [name for name in ("prompt", "messages", "token_ids")
                  if getattr(req, name) is not None]
         if len(given) != 1:
-            raise RequestError("exactly one of prompt, messages or token_ids must be given, "
-                               f"got {', '.join(given) or 'none'}", param="prompt")
+            raise RequestRejected("exactly one of prompt, messages or token_ids must be given, "
+                                  f"got {', '.join(given) or 'none'}", param="prompt")
         if req.prompt is not None:
             if not req.prompt:
-                raise RequestError("the prompt is empty", param="prompt")
+                raise RequestRejected("the prompt is empty", param="prompt")
             ids = tuple(self.tokenizer.encode(req.prompt, add_special_tokens=True))
             if not ids:
-                raise RequestError("the prompt has no tokens", param="prompt")
+                raise RequestRejected("the prompt has no tokens", param="prompt")
             return ids, "prompt"
         if req.messages is not None:
             return self._chat_ids(req), "messages"
@@ -112,15 +104,15 @@ class TokenizerRole:
                   ) -> tuple[int, ...]:
         messages = req.messages or ()
         if not messages:
-            raise RequestError("messages must not be empty", param="messages")
+            raise RequestRejected("messages must not be empty", param="messages")
         for i, message in enumerate(messages):
             if message.role not in CHAT_ROLES:
-                raise RequestError(f"messages[{i}].role {_quote(message.role)} is not supported; "
-                                   f"use one of {', '.join(CHAT_ROLES)}",
-                                   param=f"messages[{i}].role")
+                raise RequestRejected(f"messages[{i}].role {_quote(message.role)} is not "
+                                      f"supported; use one of {', '.join(CHAT_ROLES)}",
+                                      param=f"messages[{i}].role")
         if not self.has_chat_template:
-            raise RequestError("this model has no chat template; send a prompt instead",
-                               param="messages")
+            raise RequestRejected("this model has no chat template; send a prompt instead",
+                                  param="messages")
         try:
             turns, tools = conversation(messages, req.tools, self.tokenizer.chat_template)
             extra = {} if tools is None else {"tools": tools}
@@ -128,22 +120,22 @@ class TokenizerRole:
                 turns, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
         except Exception as exc:  # jinja errors, raise_exception() in the template
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RequestError(f"the chat template rejected the messages: {reason[:200]}",
-                               param="messages") from None
+            raise RequestRejected(f"the chat template rejected the messages: {reason[:200]}",
+                                  param="messages") from None
         # The template writes the special tokens (BOS...) itself.
         ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
         if not ids:
-            raise RequestError("the chat template produced an empty prompt", param="messages")
+            raise RequestRejected("the chat template produced an empty prompt", param="messages")
         return ids
 
     def _check_ids(self, token_ids: tuple[int, ...]) -> tuple[int, ...]:
         if not token_ids:
-            raise RequestError("the prompt has no tokens", param="prompt")
+            raise RequestRejected("the prompt has no tokens", param="prompt")
         vocab = self.vocab_size
         for i, tid in enumerate(token_ids):
             if not 0 <= tid < vocab:
-                raise RequestError(f"token id {_quote(tid)} at position {i} is outside the "
-                                   f"vocabulary [0, {vocab})", param="prompt")
+                raise RequestRejected(f"token id {_quote(tid)} at position {i} is outside the "
+                                      f"vocabulary [0, {vocab})", param="prompt")
         return tuple(token_ids)
 
     def _check_length(self, n: int, sampling: SamplingParams, param: str) -> None:
@@ -153,12 +145,12 @@ class TokenizerRole:
             detail = f"your {where} resulted in {n} tokens"
             if n == limit:
                 detail += ", which leaves no room for the completion"
-            raise RequestError(f"This model's maximum context length is {limit} tokens. "
-                               f"However, {detail}. Please reduce the length of the {where}.",
-                               code="context_length_exceeded", param=param)
+            raise RequestRejected(f"This model's maximum context length is {limit} tokens. "
+                                  f"However, {detail}. Please reduce the length of the {where}.",
+                                  code="context_length_exceeded", param=param)
         max_tokens = sampling.max_tokens
         if max_tokens is not None and n + max_tokens > limit:
-            raise RequestError(
+            raise RequestRejected(
                 f"This model's maximum context length is {limit} tokens. However, you requested "
                 f"{n + max_tokens} tokens ({n} in the {where}, {max_tokens} in the completion). "
                 f"Please reduce the length of the {where} or max_tokens.",

@@ -11,6 +11,8 @@ from typing import Literal
 
 import msgspec
 
+from minisgl_core.rejection import ErrorInfo as ErrorInfo
+from minisgl_core.rejection import ErrorType as ErrorType
 from minisgl_core.sampling import MAX_LOGPROBS as MAX_LOGPROBS
 from minisgl_core.sampling import PromptLogprobs as PromptLogprobs
 from minisgl_core.sampling import SamplingParams as SamplingParams
@@ -19,8 +21,6 @@ from minisgl_core.sampling import StructuredOutput as StructuredOutput
 from minisgl_core.sampling import TokenLogprob as TokenLogprob
 
 FinishReason = Literal["stop", "length", "abort", "error"]
-ErrorType = Literal["invalid_request_error", "server_error", "overloaded_error"]
-
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -38,15 +38,6 @@ class ChatMessage(msgspec.Struct, frozen=True):
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
-
-
-class ErrorInfo(msgspec.Struct, frozen=True):
-    """Why a request failed; mirrors the OpenAI error envelope's fields."""
-
-    message: str
-    type: ErrorType = "invalid_request_error"
-    code: str | None = None
-    param: str | None = None
 
 
 # ---- to the tokenizer process ------------------------------------------------------------------

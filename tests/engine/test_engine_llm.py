@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from minisgl_core import LLM, SamplingParams
-from minisgl_core.engine.request import RequestRejected
 from minisgl_core.offline import cut_at_stop
+from minisgl_core.rejection import RequestRejected
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 

@@ -13,14 +13,19 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from minisgl_core.engine_client import EngineClient, EngineOverloaded, EngineUnavailable
-from minisgl_core.wire.schema import TextDelta
+from minisgl_core.api import (
+    EngineClient,
+    EngineOverloaded,
+    EngineUnavailable,
+    RequestRejected,
+    TextDelta,
+)
 from minisgl_frontend_grpc.codegen import load_stubs
-from minisgl_frontend_grpc.convert import RequestError, status_for_error, to_core_request
+from minisgl_frontend_grpc.convert import status_for_error, to_core_request
 from minisgl_frontend_grpc.tool_answer import ToolAnswer
 
 if TYPE_CHECKING:
-    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.api import LaunchConfig
 
 pb2, pb2_grpc = load_stubs()
 
@@ -72,8 +77,8 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
         try:
             core, tools = to_core_request(request, model_name=self._client.model_name,
                                           owner=self._client.frontend_id)
-        except RequestError as exc:
-            await context.abort(exc.code, exc.message)
+        except RequestRejected as exc:  # every check's rejection, mapped as the engine's are
+            await context.abort(status_for_error(exc.info()), exc.message)
             return  # not reached: abort raises
         rid = core.request_id
         answer = ToolAnswer(tools) if tools is not None and tools.mode != "none" else None

@@ -43,7 +43,7 @@ async def chat_completions(request: Request) -> Response:
     client = ctx.client
     req = parse(ChatCompletionRequest, await request.body())
     model = ctx.check_model(req.model)
-    sampling, grammar_param = with_structured(req.model_extra, req.sampling(client.max_context))
+    sampling, grammar_param = with_structured(req.model_extra, req.sampling())
     tools, sampling = prepare_tools(req.model_extra, sampling)
     if tools is not None and tools.mode in ("required", "named"):
         grammar_param = "tools"
@@ -69,7 +69,7 @@ async def completions(request: Request) -> Response:
     client = ctx.client
     req = parse(CompletionRequest, await request.body())
     model = ctx.check_model(req.model)
-    sampling, grammar_param = with_structured(req.model_extra, req.sampling(client.max_context))
+    sampling, grammar_param = with_structured(req.model_extra, req.sampling())
     prompts = req.prompts()
     n = req.choices_per_prompt
     rid = uuid.uuid4().hex

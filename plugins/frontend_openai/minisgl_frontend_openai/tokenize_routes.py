@@ -103,22 +103,18 @@ def add_tokenize_routes(app: FastAPI, tokenizer: LazyTokenizer, *, owner: str,
 
 
 def _encode(role: Any, req: TokenizeRequest, owner: str) -> tuple[int, ...]:
-    from minisgl_core.text.tokenize import RequestError
     from minisgl_core.wire.schema import SamplingParams
 
-    try:
-        if req.prompt is not None:
-            if not req.prompt:
-                raise bad_request("the prompt is empty", param="prompt")
-            add = True if req.add_special_tokens is None else req.add_special_tokens
-            return tuple(role.tokenizer.encode(req.prompt, add_special_tokens=add))
-        tools = tool_request({"tools": req.tools})
-        gen = GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
-                              messages=chat_messages(req.messages or []),
-                              tools=tools.template_json if tools else None)
-        ids = role.encode(gen, add_generation_prompt=req.add_generation_prompt)
-        if req.add_special_tokens and role.tokenizer.bos_token_id is not None:
-            ids = (role.tokenizer.bos_token_id, *ids)
-        return tuple(ids)
-    except RequestError as exc:
-        raise bad_request(exc.info.message, param=exc.info.param, code=exc.info.code) from None
+    if req.prompt is not None:
+        if not req.prompt:
+            raise bad_request("the prompt is empty", param="prompt")
+        add = True if req.add_special_tokens is None else req.add_special_tokens
+        return tuple(role.tokenizer.encode(req.prompt, add_special_tokens=add))
+    tools = tool_request({"tools": req.tools})
+    gen = GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
+                          messages=chat_messages(req.messages or []),
+                          tools=tools.template_json if tools else None)
+    ids = role.encode(gen, add_generation_prompt=req.add_generation_prompt)
+    if req.add_special_tokens and role.tokenizer.bos_token_id is not None:
+        ids = (role.tokenizer.bos_token_id, *ids)
+    return tuple(ids)
