@@ -31,6 +31,7 @@ from minisgl_core.interfaces import (
     Sender,
     StepResult,
     Tokenizer,
+    TokenizerCalls,
     Transport,
     TransportFactory,
 )
@@ -76,6 +77,7 @@ from minisgl_core.text.tool_parser import collect as collect_tool_calls
 from minisgl_core.version import __version__
 from minisgl_core.wire.schema import (
     ChatMessage,
+    DetokenizeCall,
     DetokenizeInfo,
     ErrorInfo,
     FinishReason,
@@ -85,7 +87,9 @@ from minisgl_core.wire.schema import (
     TextPromptLogprobs,
     TokenBatch,
     TokenDelta,
+    TokenizeCall,
     TokenizedRequest,
+    TokenizerReply,
     ToolCall,
 )
 
@@ -113,12 +117,12 @@ __all__ = [
     # the Protocols a plugin implements, and the transport errors
     "AddressInUse", "ChannelClosed", "Detokenizer", "Frontend", "MessageTooLarge",
     "OptionsTable", "Receiver", "Scheduler", "SchedulerStats", "Sender", "StepResult",
-    "Tokenizer", "Transport", "TransportFactory",
+    "Tokenizer", "TokenizerCalls", "Transport", "TransportFactory",
     # the messages and the sampling types
     "MAX_LOGPROBS", "ChatMessage", "DetokenizeInfo", "ErrorInfo", "FinishReason",
     "GenerateRequest", "PromptLogprobs", "SamplingParams", "StructuredKind", "StructuredOutput",
     "TextDelta", "TextLogprob", "TextPromptLogprobs", "TokenBatch", "TokenDelta", "TokenLogprob",
-    "TokenizedRequest", "ToolCall",
+    "TokenizedRequest", "ToolCall", "TokenizeCall", "DetokenizeCall", "TokenizerReply",
     # frontends: the engine, saying no, and tool calls
     "Arguments", "CallStart", "Content", "EngineClient", "EngineOverloaded",
     "EngineUnavailable", "Event", "RequestRejected", "ToolCallParser", "ToolRequest",

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args, ru
 
 if TYPE_CHECKING:
     from minisgl_core.wire.schema import (
+        DetokenizeCall,
         GenerateRequest,
         PromptLogprobs,
         SamplingParams,
         TextDelta,
         TokenBatch,
+        TokenizeCall,
         TokenizedRequest,
+        TokenizerReply,
         TokenLogprob,
     )
 
@@ -124,6 +127,22 @@ class Tokenizer(Protocol):
 
     def close(self) -> None:
         """Release what the role holds; idempotent."""
+
+
+@runtime_checkable
+class TokenizerCalls(Protocol):
+    """What a tokenizer role may also answer: ``EngineClient.tokenize`` / ``detokenize`` (the
+    frontends' /tokenize and /detokenize), so no frontend loads a tokenizer of its own.
+
+    Optional: a role without these methods answers each call with an error. Each raises
+    RequestRejected for a call it cannot serve (the loop sends it back as the reply's error).
+    """
+
+    def tokenize_call(self, call: TokenizeCall) -> TokenizerReply:
+        """The prompt ids ``call.request`` would send (and their strings when asked)."""
+
+    def detokenize_call(self, call: DetokenizeCall) -> TokenizerReply:
+        """``call.token_ids`` as text, special tokens kept."""
 
 
 @runtime_checkable

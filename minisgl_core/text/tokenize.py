@@ -1,4 +1,5 @@
-"""The tokenizer role: prompt text, chat messages or token ids -> a TokenizedRequest."""
+"""The tokenizer role: prompt text, chat messages or token ids -> a TokenizedRequest; and the
+frontends' /tokenize and /detokenize, answered with the same tokenizer and chat template."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from typing import Any
 from minisgl_core.rejection import RequestRejected
 from minisgl_core.text.chat_tools import conversation
 from minisgl_core.wire.schema import (
+    DetokenizeCall,
     DetokenizeInfo,
     ErrorInfo,
     GenerateRequest,
     SamplingParams,
+    TokenizeCall,
     TokenizedRequest,
+    TokenizerReply,
 )
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
@@ -70,11 +74,34 @@ class TokenizerRole:
 
     def encode(self, req: GenerateRequest, *, add_generation_prompt: bool = True
                ) -> tuple[int, ...]:
-        """The prompt ids ``tokenize`` would send for ``req``; raises RequestRejected (for the
-        frontends' /tokenize, which show what the engine will see)."""
+        """The prompt ids ``tokenize`` would send for ``req`` (its length unchecked); raises
+        RequestRejected."""
         if req.messages is not None and req.prompt is None and req.token_ids is None:
             return self._chat_ids(req, add_generation_prompt=add_generation_prompt)
         return self._prompt_ids(req)[0]
+
+    def tokenize_call(self, call: TokenizeCall) -> TokenizerReply:
+        """/tokenize: the ids ``call.request`` would send (``interfaces.TokenizerCalls``)."""
+        req = call.request
+        if req.prompt is not None and req.messages is None:  # a completion's prompt as sent
+            if not req.prompt:
+                raise RequestRejected("the prompt is empty", param="prompt")
+            add = True if call.add_special_tokens is None else call.add_special_tokens
+            ids = tuple(self.tokenizer.encode(req.prompt, add_special_tokens=add))
+        else:
+            ids = self.encode(req, add_generation_prompt=call.add_generation_prompt)
+            bos = self.tokenizer.bos_token_id
+            if call.add_special_tokens and bos is not None:  # the template wrote its own
+                ids = (bos, *ids)
+        strs = tuple(self.tokenizer.convert_ids_to_tokens(list(ids))) if call.token_strs else None
+        return TokenizerReply(call.call_id, token_ids=ids, token_strs=strs)
+
+    def detokenize_call(self, call: DetokenizeCall) -> TokenizerReply:
+        """/detokenize: the ids as text, special tokens kept (``interfaces.TokenizerCalls``)."""
+        if any(not 0 <= t < self.vocab_size for t in call.token_ids):
+            raise RequestRejected(f"token ids must be below the vocabulary size "
+                                  f"({self.vocab_size})", param="tokens")
+        return TokenizerReply(call.call_id, text=self.tokenizer.decode(list(call.token_ids)))
 
     # ---- internals ------------------------------------------------------------------------
 

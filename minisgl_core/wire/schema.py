@@ -56,6 +56,30 @@ class GenerateRequest(msgspec.Struct, frozen=True, tag="generate"):
     tools: str | None = None  # the OpenAI ``tools`` list as JSON text, for the chat template
 
 
+class TokenizeCall(msgspec.Struct, frozen=True, tag="tokenize"):
+    """Show the prompt ids a request would send, without generating (``EngineClient.tokenize``).
+
+    ``request`` carries the same chat-template inputs as a generation (prompt or messages,
+    tools, and whatever a GenerateRequest gains), so the ids are the ones it would send. The
+    tokenizer answers ``owner`` with a TokenizerReply of the same ``call_id``.
+    """
+
+    call_id: str
+    owner: str
+    request: GenerateRequest
+    add_special_tokens: bool | None = None  # None: True for a prompt, False for messages
+    add_generation_prompt: bool = True  # messages only: end with the assistant's turn opened
+    token_strs: bool = False  # also each id as its token string
+
+
+class DetokenizeCall(msgspec.Struct, frozen=True, tag="detokenize"):
+    """Decode token ids to text, special tokens kept (``EngineClient.detokenize``)."""
+
+    call_id: str
+    owner: str
+    token_ids: tuple[int, ...]
+
+
 class Abort(msgspec.Struct, frozen=True, tag="abort"):
     """Stop a request and free everything it holds; idempotent, travels the request's own path."""
 
@@ -156,6 +180,17 @@ class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):
     deltas: tuple[TextDelta, ...]
 
 
+class TokenizerReply(msgspec.Struct, frozen=True, tag="tokenizer_reply"):
+    """The tokenizer's answer to a TokenizeCall (ids, strings) or a DetokenizeCall (text);
+    ``error`` set means it could not answer (a rejection, or a role that does not answer)."""
+
+    call_id: str
+    token_ids: tuple[int, ...] = ()
+    token_strs: tuple[str, ...] | None = None
+    text: str = ""
+    error: ErrorInfo | None = None
+
+
 # ---- to the launcher (control channel) ---------------------------------------------------------
 
 
@@ -190,11 +225,11 @@ class Stats(msgspec.Struct, frozen=True, tag="stats"):
     tpot_seconds: tuple[float, ...] = ()
 
 
-TokenizerInbound = GenerateRequest | Abort | Shutdown
+TokenizerInbound = GenerateRequest | TokenizeCall | DetokenizeCall | Abort | Shutdown
 SchedulerInbound = TokenizedRequest | Abort | Shutdown
 DetokenizerInbound = TokenBatch | Shutdown
-FrontendInbound = TextBatch | Shutdown
+FrontendInbound = TextBatch | TokenizerReply | Shutdown
 ControlInbound = Ready | Fatal | Stats
 
-Message = (GenerateRequest | Abort | Shutdown | TokenizedRequest | TokenBatch | TextBatch | Ready
-           | Fatal | Stats)
+Message = (GenerateRequest | TokenizeCall | DetokenizeCall | Abort | Shutdown | TokenizedRequest
+           | TokenBatch | TextBatch | TokenizerReply | Ready | Fatal | Stats)

@@ -56,6 +56,8 @@ def from_error_info(info: ErrorInfo | None) -> APIError:
         status = 429
     elif info.code in UNAVAILABLE_CODES:
         status = 503
+    elif info.code == "not_implemented":  # e.g. a tokenizer role that answers no /tokenize
+        status = 501
     else:
         status = 500
     return APIError(status, info.message, type=info.type, param=info.param, code=info.code)

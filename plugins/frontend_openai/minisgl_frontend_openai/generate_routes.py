@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from minisgl_core.wire.schema import GenerateRequest
+from minisgl_core.api import GenerateRequest
 from minisgl_frontend_openai.body import parse
 from minisgl_frontend_openai.context import (
     CLIENT_CLOSED_REQUEST,

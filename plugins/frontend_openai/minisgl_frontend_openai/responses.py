@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from minisgl_core.wire.schema import TextDelta, TextLogprob, TextPromptLogprobs
+from minisgl_core.api import TextDelta, TextLogprob, TextPromptLogprobs
 from minisgl_frontend_openai.generation import ChoiceState, Usage
 
 

@@ -11,17 +11,17 @@ import contextlib
 import logging
 import math
 import socket
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from minisgl_core.engine_client import EngineClient
+from minisgl_core.api import EngineClient
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 from minisgl_frontend_openai.ui import add_ui
 
 if TYPE_CHECKING:
-    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.api import LaunchConfig
 
 log = logging.getLogger("minisgl.frontend.openai")
 
@@ -35,20 +35,6 @@ OPTIONS: dict[str, Any] = {
     "log_level": "warning",
     "http": "auto",  # uvicorn's HTTP implementation: auto, h11, httptools
 }
-
-
-def _tokenizer_loader(model: str | None, client: EngineClient) -> Callable[[], Any]:
-    """Load the served model's TokenizerRole (for /tokenize); called once, on first use."""
-
-    def load() -> Any:
-        from minisgl_core.plugin.loading import build_manager
-        from minisgl_core.plugin.model_lookup import resolve_model
-        from minisgl_core.text.tokenize import TokenizerRole
-
-        # resolved as the launcher did, through the plugins' resolvers (a cached directory)
-        return TokenizerRole(resolve_model(build_manager(), model), max(client.max_context, 2))
-
-    return load
 
 
 class _Server(uvicorn.Server):
@@ -75,8 +61,7 @@ class OpenAIFrontend:
                              max_body_bytes=int(self.options["max_body_bytes"]),
                              model_aliases=self.options["model_aliases"],
                              metrics_require_key=bool(self.options["metrics_require_key"]),
-                             served_model_names=tuple(getattr(config, "served_model_name", ())),
-                             tokenizer=_tokenizer_loader(getattr(config, "model", None), client))
+                             served_model_names=tuple(getattr(config, "served_model_name", ())))
         add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
         self._server: _Server | None = None

@@ -27,9 +27,7 @@ from typing import Any, ClassVar
 
 import pynng
 
-from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.plugin.transport_util import TransportOptions, check_size
-from minisgl_core.service.rundir import ipc_endpoint
+from minisgl_core.api import AddressInUse, ChannelClosed, TransportOptions, check_size, ipc_endpoint
 
 _NNG_MAX_BUFFER = 8192  # nng refuses larger send/recv buffer sizes
 # pynng 0.9's sync recv of an empty message fails in ffi.unpack(NULL, 0) with a RuntimeError after

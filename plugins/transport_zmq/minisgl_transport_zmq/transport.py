@@ -17,9 +17,14 @@ from typing import Any, ClassVar
 
 import zmq
 
-from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.plugin.transport_util import TransportOptions
-from minisgl_core.service.rundir import claim_ipc_path, ipc_endpoint, ipc_path
+from minisgl_core.api import (
+    AddressInUse,
+    ChannelClosed,
+    TransportOptions,
+    claim_ipc_path,
+    ipc_endpoint,
+    ipc_path,
+)
 from minisgl_transport_zmq.channel import (
     BIND_LOCK,
     ZmqReceiver,
