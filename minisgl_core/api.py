@@ -50,6 +50,7 @@ from minisgl_core.plugin.model_lookup import (
     resolve,
     resolve_model,
 )
+from minisgl_core.plugin.options import check_port, checked_options
 from minisgl_core.plugin.transport_util import TransportOptions, check_size
 from minisgl_core.rejection import RequestRejected
 from minisgl_core.sampling import (
@@ -111,9 +112,9 @@ _LAZY = {
 }
 
 __all__ = [
-    # writing a plugin: the marker, what the register hooks hand over, the config
+    # writing a plugin: the marker, what the register hooks hand over, the config, options
     "ROLE_KINDS", "LaunchConfig", "ProcessName", "Register", "RoleKind", "RoleRegister",
-    "Target", "__version__", "hookimpl",
+    "Target", "__version__", "check_port", "checked_options", "hookimpl",
     # the Protocols a plugin implements, and the transport errors
     "AddressInUse", "ChannelClosed", "Detokenizer", "Frontend", "MessageTooLarge",
     "OptionsTable", "Receiver", "Scheduler", "SchedulerStats", "Sender", "StepResult",

@@ -19,6 +19,8 @@ from minisgl_core.api import (
     EngineUnavailable,
     RequestRejected,
     TextDelta,
+    check_port,
+    checked_options,
 )
 from minisgl_frontend_grpc.codegen import load_stubs
 from minisgl_frontend_grpc.convert import status_for_error, to_core_request
@@ -32,8 +34,15 @@ pb2, pb2_grpc = load_stubs()
 log = logging.getLogger("minisgl.frontend.grpc")
 
 SERVICE_NAME: str = pb2.DESCRIPTOR.services_by_name["Generator"].full_name  # minisgl.v1.Generator
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 50051
+# the [frontends.grpc] table: every option and its default (--grpc-port writes port, --host
+# and --api-key write host and api_key)
+OPTIONS: dict[str, Any] = {
+    "host": "127.0.0.1",
+    "port": 50051,  # 0: any free port (see GrpcFrontend.bound_port)
+    "api_key": None,  # set: every call carries ``authorization: Bearer <key>``
+    "grace_s": 5.0,  # how long shutdown lets in-flight calls finish
+    "health_interval_s": 0.5,  # how often the health status follows client.healthy()
+}
 SERVER_OPTIONS = (
     # grpc turns SO_REUSEPORT on by default: a second server would bind the same port silently
     ("grpc.so_reuseport", 0),
@@ -149,27 +158,35 @@ async def _close(stream: AsyncIterator[TextDelta], client: EngineClient, rid: st
         await client.abort(rid)
 
 
-class GrpcFrontend:
-    """The gRPC frontend: ``serve()`` until ``shutdown()``.
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options with their defaults; ValueError naming the bad one (``minisgl launch`` calls
+    this before any worker starts)."""
+    checked = checked_options("[frontends.grpc]", options, OPTIONS)
+    check_port("[frontends.grpc]", checked["port"])
+    if not checked["host"]:
+        raise ValueError("[frontends.grpc] host must not be empty")
+    for key in ("grace_s", "health_interval_s"):
+        if not checked[key] > 0:
+            raise ValueError(f"[frontends.grpc] {key} must be > 0, got {checked[key]}")
+    return checked
 
-    It listens on ``config.host``:``port`` (127.0.0.1:50051 by default; port 0 picks a free one,
-    see ``bound_port``). Options (the ``[frontends.grpc]`` table; ``--grpc-port`` sets ``port``):
-    ``port`` (50051); ``grace_s`` (5.0),
-    how long shutdown lets in-flight calls finish; ``health_interval_s`` (0.5), how often the
-    health status follows ``client.healthy()``.
-    """
+
+class GrpcFrontend:
+    """The gRPC frontend: ``serve()`` until ``shutdown()``, on its ``host``:``port`` options
+    (127.0.0.1:50051 by default; port 0 picks a free one, see ``bound_port``). ``OPTIONS`` lists
+    its ``[frontends.grpc]`` table."""
+
+    check_options = staticmethod(check_options)
 
     def __init__(self, client: EngineClient, config: LaunchConfig,
                  options: Mapping[str, Any]) -> None:
         self._client = client
-        self.host = str(getattr(config, "host", None) or DEFAULT_HOST)
-        port = options.get("port", DEFAULT_PORT)
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ValueError(f"[frontends.grpc] port must be an integer in 0..65535, got {port!r}")
-        self.port = port
-        self.api_key: str | None = getattr(config, "api_key", None)
-        self.grace_s = float(options.get("grace_s", 5.0))
-        self.health_interval_s = float(options.get("health_interval_s", 0.5))
+        checked = check_options(options)
+        self.host: str = checked["host"]
+        self.port: int = checked["port"]
+        self.api_key: str | None = checked["api_key"] or None
+        self.grace_s: float = checked["grace_s"]
+        self.health_interval_s: float = checked["health_interval_s"]
         self.bound_port: int | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()

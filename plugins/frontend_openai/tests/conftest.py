@@ -25,6 +25,7 @@ from minisgl_core.api import (
     EngineUnavailable,
     ErrorInfo,
     GenerateRequest,
+    LaunchConfig,
     TextDelta,
     TextLogprob,
     TokenizerReply,
@@ -196,8 +197,9 @@ class RunningServer:
 
     def __init__(self, client: ScriptedEngineClient, *, api_key: str | None = None,
                  options: dict[str, Any] | None = None, **config_fields: Any) -> None:
-        config = SimpleNamespace(host="127.0.0.1", port=0, api_key=api_key, **config_fields)
-        self.frontend = OpenAIFrontend(client, config, options or {})
+        config = LaunchConfig(**config_fields)
+        self.frontend = OpenAIFrontend(client, config, {"host": "127.0.0.1", "port": 0,
+                                                        "api_key": api_key, **(options or {})})
         self.port = self.frontend.bind()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/v1"
