@@ -117,17 +117,20 @@ def test_key_files_are_private(tmp_path: Path) -> None:
 
 def test_refusal_log_holds_back_repeats(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    refusals = RefusalLog("zmq", every=3600)
-    for _ in range(3):
+    refusals = RefusalLog("zmq", every=3600, burst=2)
+    for _ in range(4):
         refusals.refused("tcp://127.0.0.1:5600", "bad key", "10.0.0.9")
     refusals.refused("tcp://127.0.0.1:5600", "garbage")
-    refusals.every = 0
+    refusals.every = 0  # the window is over: the next line reports what was held back
     refusals.refused("tcp://127.0.0.1:5600", "bad key")
+    refusals.failed("tcp://10.0.0.9:5601", "bad key")
     assert [r.getMessage() for r in caplog.records] == [
+        "transport zmq: refused a peer at 10.0.0.9 on tcp://127.0.0.1:5600: bad key",
         "transport zmq: refused a peer at 10.0.0.9 on tcp://127.0.0.1:5600: bad key",
         "transport zmq: refused a peer on tcp://127.0.0.1:5600: garbage",
         "transport zmq: refused a peer on tcp://127.0.0.1:5600: bad key "
-        "(and 2 more like it since the last report)"]
+        "(and 2 more like it since the last report)",
+        "transport zmq: handshake with tcp://10.0.0.9:5601 failed: bad key"]
 
 
 def test_keys_new_writes_private_keys_for_each_transport(tmp_path: Path) -> None:

@@ -243,14 +243,17 @@ def write_all_keys(regs: Registries, directory: Path, names: list[str] | None = 
 
 
 class RefusalLog:
-    """Warnings about refused peers, at most one per (endpoint, reason) every ``every`` seconds:
-    a misconfigured peer that reconnects every few milliseconds must not flood the log."""
+    """Warnings about refused peers: up to ``burst`` per (endpoint, reason) every ``every``
+    seconds, the rest counted into the next line, so that a misconfigured peer reconnecting
+    every few milliseconds cannot flood the log."""
 
-    def __init__(self, transport: str, every: float = 10.0) -> None:
+    def __init__(self, transport: str, every: float = 10.0, burst: int = 5) -> None:
         self.transport = transport
         self.every = every
+        self.burst = burst
         self._lock = threading.Lock()
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # -> (time logged, held back)
+        # (endpoint, reason) -> (window start, lines in this window, held back)
+        self._seen: dict[tuple[str, str], tuple[float, int, int]] = {}
 
     def refused(self, endpoint: str, reason: str, peer: str | None = None) -> None:
         """A peer connecting to our ``endpoint`` was refused (and its bytes dropped)."""
@@ -264,10 +267,12 @@ class RefusalLog:
     def _warn(self, endpoint: str, reason: str, text: str) -> None:
         now = time.monotonic()
         with self._lock:
-            last, held = self._last.get((endpoint, reason), (-self.every, 0))
-            if now - last < self.every:
-                self._last[(endpoint, reason)] = (last, held + 1)
+            start, lines, held = self._seen.get((endpoint, reason), (now, 0, 0))
+            if now - start >= self.every:
+                start, lines = now, 0
+            if lines >= self.burst:
+                self._seen[(endpoint, reason)] = (start, lines, held + 1)
                 return
-            self._last[(endpoint, reason)] = (now, 0)
+            self._seen[(endpoint, reason)] = (start, lines + 1, 0)
         more = f" (and {held} more like it since the last report)" if held else ""
         log.warning("transport %s: %s%s", self.transport, text, more)
