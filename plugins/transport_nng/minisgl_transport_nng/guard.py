@@ -5,9 +5,9 @@ nng refuses a peer without telling the application: the only trace is a counter 
 statistics (``auth``, ``proto``, ``reject``... of each listener and dialer). The guard reads them
 every ``TICK_S`` and logs what rose. nng 1.11 also never times out a TLS handshake (measured: a
 connection that sends nothing, or half a ClientHello, stays open for good, holding a descriptor),
-so the guard lists this process's accepted tcp connections (Linux ``/proc``) and shuts down any
-that has not become a pipe within ``handshake_ms``. Where ``/proc`` is missing only the counters
-are read.
+so every quarter of ``handshake_ms`` the guard lists this process's accepted tcp connections
+(Linux ``/proc``) and shuts down any that has not become a pipe within ``handshake_ms``. Where
+``/proc`` is missing only the counters are read.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class Guard:
     def __init__(self, handshake_ms: int) -> None:
         self._handshake_s = handshake_ms / 1000
         self._handshake_ms = handshake_ms
+        self._scan_every = max(TICK_S, self._handshake_s / 4)  # /proc is read less often
+        self._next_scan = 0.0
         self._refusals = RefusalLog("nng")
         self._lock = threading.Lock()
         self._watched: dict[int, _Watched] = {}
@@ -111,7 +113,9 @@ class Guard:
                     (self._refusals.refused if w.listener else self._refusals.failed)(
                         w.endpoint, reason)
             w.counts = counts
-        self._reap_stalled([w for w in watched if w.listener])
+        if time.monotonic() >= self._next_scan:
+            self._next_scan = time.monotonic() + self._scan_every
+            self._reap_stalled([w for w in watched if w.listener])
 
     def _reap_stalled(self, listeners: list[_Watched]) -> None:
         """Shut down accepted connections that are no pipe after ``handshake_ms``."""
