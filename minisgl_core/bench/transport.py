@@ -120,15 +120,12 @@ def _thread_peer(transport: Any, down: str, up: str) -> None:
 
 
 @contextmanager
-def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
-    ctx = multiprocessing.get_context("spawn")
-    down, up = ctx.Queue(hwm), ctx.Queue(hwm)
-    proc = ctx.Process(target=queue_peer_process, args=(down, up), daemon=True)
-    proc.start()
+def _ready_peer(proc: Any, tx: Sender, rx: Receiver,
+                what: str) -> Iterator[tuple[Sender, Receiver]]:
+    """Wait for the peer's READY, hand its ends out, then send QUIT and reap the process."""
     try:
-        rx, tx = QueueReceiver(up), QueueSender(down)
         if rx.recv(timeout=120) != READY:
-            raise RuntimeError("queue peer did not start")
+            raise RuntimeError(f"{what} did not start")
         yield tx, rx
         tx.send(QUIT)
     finally:
@@ -138,31 +135,38 @@ def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
 
 
 @contextmanager
+def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
+    ctx = multiprocessing.get_context("spawn")
+    down, up = ctx.Queue(hwm), ctx.Queue(hwm)
+    proc = ctx.Process(target=queue_peer_process, args=(down, up), daemon=True)
+    proc.start()
+    with _ready_peer(proc, QueueSender(down), QueueReceiver(up), "queue peer") as ends:
+        yield ends
+
+
+@contextmanager
 def _socket_peer(where: str) -> Iterator[tuple[Sender, Receiver]]:
     """The host's own ceiling: a unix socket (ipc) or loopback tcp, no messaging library."""
     family = socket.AF_UNIX if where == "ipc" else socket.AF_INET
     with private_run_dir(prefix="mb-") as run_dir, socket.socket(family) as listener:
         listener.bind(str(run_dir / "raw") if where == "ipc" else ("127.0.0.1", 0))
         listener.listen(1)
+        listener.settimeout(120)
         ctx = multiprocessing.get_context("spawn")
         proc = ctx.Process(target=socket_peer_process, daemon=True,
                            args=(family, listener.getsockname()))
         proc.start()
         try:
-            listener.settimeout(120)
             conn, _ = listener.accept()
-            with conn:
-                if where == "tcp":
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                tx, rx = StreamSender(conn), StreamReceiver(conn)
-                if rx.recv(timeout=120) != READY:
-                    raise RuntimeError("socket peer did not start")
-                yield tx, rx
-                tx.send(QUIT)
-        finally:
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
+        except BaseException:
+            proc.kill()
+            raise
+        with conn:
+            if where == "tcp":
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with _ready_peer(proc, StreamSender(conn), StreamReceiver(conn),
+                             "socket peer") as ends:
+                yield ends
 
 
 def _plan(transports: Sequence[str] | None, endpoints: str, auth: bool,
