@@ -165,7 +165,7 @@ class NetworkOptions(TransportOptions):
             if key == "keys":
                 if not isinstance(value, str | os.PathLike):
                     raise ValueError(f"expected a directory, got {value!r}")
-                return os.path.expanduser(os.fspath(value)) if value else ""
+                return os.path.abspath(os.path.expanduser(os.fspath(value))) if value else ""
         except ValueError as exc:
             raise ValueError(f"option {key!r} of transport {transport!r}: {exc}") from None
         return super()._check_value(transport, key, value)
