@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minisgl_core import hookimpl
+from minisgl_core.plugin.hookspecs import hookimpl
 
 DEFAULT_SPECS = ("", "default", "smollm2")  # --model values that mean the embedded SmolLM2
 

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from minisgl_core.interfaces import Receiver, Sender
-from minisgl_core.service.rundir import tcp_endpoint
+from minisgl_core.api import Receiver, Sender, tcp_endpoint
 
 _HOST = "127.0.0.1"
 
