@@ -51,6 +51,17 @@ from minisgl_core.plugin.model_lookup import (
     resolve_model,
 )
 from minisgl_core.plugin.options import check_port, checked_options
+from minisgl_core.plugin.transport_tcp import (
+    NetworkOptions,
+    PortRange,
+    RefusalLog,
+    check_tcp_endpoint,
+    keys_hint,
+    note_plaintext,
+    read_private,
+    split_tcp,
+    write_private,
+)
 from minisgl_core.plugin.transport_util import TransportOptions, check_size
 from minisgl_core.rejection import RequestRejected
 from minisgl_core.sampling import (
@@ -68,6 +79,7 @@ from minisgl_core.service.rundir import (
     ipc_endpoint,
     ipc_path,
     private_run_dir,
+    tcp_endpoint,
 )
 from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.text.detokenize import DetokenizerRole
@@ -99,12 +111,13 @@ if TYPE_CHECKING:
     from minisgl_core.testing.contract_roles import DetokenizerContract, TokenizerContract
     from minisgl_core.testing.contract_scheduler import SchedulerContract
     from minisgl_core.testing.tiny import make_tiny_model
-    from minisgl_core.testing.transport_contract import TransportContract
+    from minisgl_core.testing.transport_contract import TcpTransportContract, TransportContract
 
 # heavy names (torch, pytest): imported when first asked for
 _LAZY = {
     "LLM": "minisgl_core.offline",
     "TransportContract": "minisgl_core.testing.transport_contract",
+    "TcpTransportContract": "minisgl_core.testing.transport_contract",
     "TokenizerContract": "minisgl_core.testing.contract_roles",
     "DetokenizerContract": "minisgl_core.testing.contract_roles",
     "SchedulerContract": "minisgl_core.testing.contract_scheduler",
@@ -134,11 +147,15 @@ __all__ = [
     # transports: helpers, and the core's transport a plugin may wrap
     "InprocTransport", "TransportOptions", "check_channel", "check_size", "claim_ipc_path",
     "ipc_endpoint", "ipc_path", "private_run_dir",
+    # transports with tcp endpoints: their options, ports, the keys rule, key files, refusals
+    "NetworkOptions", "PortRange", "RefusalLog", "check_tcp_endpoint", "keys_hint",
+    "note_plaintext", "read_private", "split_tcp", "tcp_endpoint", "write_private",
     # the plugin manager and the models, from code
     "LLM", "ModelNotFoundError", "ResolvedModel", "build_manager", "collect",
     "loaded_module_names", "model_class", "resolve", "resolve_model",
     # testing a plugin: the contract suites and a tiny random model
-    "DetokenizerContract", "SchedulerContract", "TokenizerContract", "TransportContract",
+    "DetokenizerContract", "SchedulerContract", "TcpTransportContract", "TokenizerContract",
+    "TransportContract",
     "make_tiny_model",
 ]
 

@@ -27,6 +27,10 @@ def bench_transport(
     size: Annotated[list[int] | None, typer.Option(help="Message sizes in bytes (repeat).")] = None,
     json_: JsonOpt = False,
     duration: Annotated[float, typer.Option(help="Seconds per case.")] = 1.0,
+    endpoints: Annotated[str, typer.Option(
+        help="ipc, or tcp: loopback tcp as well, beside ipc.")] = "ipc",
+    auth: Annotated[bool, typer.Option(
+        help="With tcp, also with keys (zmq CURVE, nng TLS); implies --endpoints tcp.")] = False,
 ) -> None:
     """Latency and throughput of every registered transport through the common interface."""
     for name in transport or []:
@@ -34,8 +38,11 @@ def bench_transport(
             state(ctx).regs.transports.check(name)
         except RegistryError as exc:
             raise fail(str(exc)) from None
+    if endpoints not in ("ipc", "tcp"):
+        raise fail(f'--endpoints must be ipc or tcp, got "{endpoints}"')
     run = lazy_entry("minisgl_core.bench.transport:main", "the transport benchmark")
-    run(transports=transport or None, sizes=size or None, json_lines=json_, duration=duration)
+    run(transports=transport or None, sizes=size or None, json_lines=json_, duration=duration,
+        endpoints="tcp" if auth else endpoints, auth=auth)
 
 
 def bench_offline(

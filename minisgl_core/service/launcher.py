@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import shutil
 import sys
 import threading
 import time
@@ -37,13 +38,21 @@ def start_service(config: LaunchConfig, registries: Registries, model_dir: str, 
 
     context = max_context(model_dir, config.max_seq_len_override)
     name = config.transport
-    transport = registries.transports.get(name)(config.transports.get(name, {}))
+    try:  # bad options (a host, a port range, missing keys) are the user's to fix: one line
+        transport = registries.transports.get(name)(config.transports.get(name, {}))
+    except (ValueError, OSError) as exc:
+        raise LaunchError(str(exc)) from None
     run_dir = make_run_dir()
     ep = lambda channel: transport.endpoint(run_dir, channel)  # noqa: E731
     frontend_ids = [f"{fe}-{os.getpid()}" for fe in config.frontends]
-    endpoints = Endpoints(tokenizer=ep("tokenizer"), scheduler=ep("scheduler"),
-                          detokenizer=ep("detokenizer"), control=ep("control"),
-                          frontends={fid: ep(f"frontend.{fid}") for fid in frontend_ids})
+    try:
+        endpoints = Endpoints(tokenizer=ep("tokenizer"), scheduler=ep("scheduler"),
+                              detokenizer=ep("detokenizer"), control=ep("control"),
+                              frontends={fid: ep(f"frontend.{fid}") for fid in frontend_ids})
+    except (ValueError, OSError) as exc:
+        transport.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise LaunchError(str(exc)) from None
     # Consumers bind before any producer starts: control and every frontend inbox first.
     control = transport.pull(endpoints.control, bind=True)
     clients = {fid: TransportEngineClient(transport, endpoints.frontends[fid],
