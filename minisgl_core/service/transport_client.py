@@ -125,18 +125,15 @@ class TransportEngineClient:
                        add_generation_prompt: bool = True, token_strs: bool = False
                        ) -> TokenizerReply:
         """The prompt ids ``request`` would send, from the tokenizer process."""
-        self._counter += 1
-        call_id = f"{self._frontend_id}-call-{self._counter}"
         request = msgspec.structs.replace(request, owner=self._frontend_id)
         return await self._call(TokenizeCall(
-            call_id, self._frontend_id, request, add_special_tokens=add_special_tokens,
+            self._call_id(), self._frontend_id, request, add_special_tokens=add_special_tokens,
             add_generation_prompt=add_generation_prompt, token_strs=token_strs))
 
     async def detokenize(self, token_ids: Sequence[int]) -> TokenizerReply:
         """``token_ids`` as text, from the tokenizer process."""
-        self._counter += 1
-        call_id = f"{self._frontend_id}-call-{self._counter}"
-        return await self._call(DetokenizeCall(call_id, self._frontend_id, tuple(token_ids)))
+        return await self._call(DetokenizeCall(self._call_id(), self._frontend_id,
+                                               tuple(token_ids)))
 
     def plugins(self) -> list[dict[str, Any]]:
         """The service's plugins, as ``minisgl plugins --json`` lists them."""
@@ -209,6 +206,10 @@ class TransportEngineClient:
         if not self._healthy or self._outbox is None:
             raise EngineUnavailable(self._down_reason)
         self._outbox.send(data)
+
+    def _call_id(self) -> str:
+        self._counter += 1
+        return f"{self._frontend_id}-call-{self._counter}"
 
     async def _call(self, call: TokenizeCall | DetokenizeCall) -> TokenizerReply:
         future: asyncio.Future[TokenizerReply] = asyncio.get_running_loop().create_future()

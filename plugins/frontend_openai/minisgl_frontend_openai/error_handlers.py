@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from minisgl_core.api import RequestRejected
-from minisgl_frontend_openai.context import CLIENT_CLOSED_REQUEST
+from minisgl_core.api import EngineUnavailable, RequestRejected
+from minisgl_frontend_openai.context import CLIENT_CLOSED_REQUEST, unavailable
 from minisgl_frontend_openai.errors import APIError, bad_request, rejected
 
 log = logging.getLogger("minisgl_frontend_openai.app")
@@ -25,6 +25,11 @@ async def api_error(_: Request, exc: Exception) -> Response:
 async def rejection(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestRejected)
     err = rejected(exc)
+    return JSONResponse(err.envelope(), status_code=err.status)
+
+
+async def engine_unavailable(_: Request, __: Exception) -> Response:
+    err = unavailable()  # e.g. /tokenize while the engine is down
     return JSONResponse(err.envelope(), status_code=err.status)
 
 
@@ -64,6 +69,7 @@ def add_error_handlers(app: FastAPI) -> None:
     """Install the handlers, most specific first."""
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(RequestRejected, rejection)  # every check's 400 (404: the model)
+    app.add_exception_handler(EngineUnavailable, engine_unavailable)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(ClientDisconnect, gone_while_reading)

@@ -74,6 +74,8 @@ class ScriptedEngineClient:
                        add_generation_prompt: bool = True, token_strs: bool = False
                        ) -> TokenizerReply:
         """One id per word of the scripted prompt (its length, as generation counts it)."""
+        if not self.is_healthy:
+            raise EngineUnavailable("the engine is starting")
         self.tokenized.append(request)
         words = prompt_text(request).split()
         ids = tuple(len(w) for w in words)

@@ -84,3 +84,13 @@ def test_served_model_names_replace_the_engine_name(named: Any, http: httpx.Clie
         assert r.status_code == 200, r.text
         assert r.json()["model"] == "my-model"
         assert r.json()["usage"]["completion_tokens"] == 3
+
+
+def test_tokenize_while_the_engine_is_down_is_503(named: Any, scripted: Any,
+                                                  http: httpx.Client) -> None:
+    scripted.is_healthy = False
+    try:
+        r = http.post(f"{named.base}/tokenize", json={"prompt": "x"})
+    finally:
+        scripted.is_healthy = True
+    assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
