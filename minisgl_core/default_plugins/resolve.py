@@ -17,7 +17,7 @@ def minisgl_resolve_model(spec: str | None) -> str | None:
     for anything else; raises a one-line error when the default model's package is missing.
     """
     if spec is None or spec.strip().lower() in DEFAULT_SPECS:
-        from minisgl_core.engine.weights import ensure_default_model
+        from minisgl_core.store.default_model import ensure_default_model
 
         return str(ensure_default_model())
     path = Path(spec).expanduser()

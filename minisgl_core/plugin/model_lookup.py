@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minisgl_core.engine.weights import ModelNotFoundError
 from minisgl_core.plugin.registry import RegistryError
+from minisgl_core.store.errors import ModelNotFoundError
 
 if TYPE_CHECKING:
     import pluggy

@@ -1,7 +1,8 @@
-"""Convert the default model's GGUF file into an HF-format fp32 safetensors directory.
+"""Convert a GGUF file into an HF-format fp32 safetensors directory (dequantizing k-quants).
 
-Run as ``python -m minisgl_core.engine.convert GGUF OUT_DIR`` (weights.ensure_default_model does,
-in a child process, then renames OUT_DIR into place).
+Run as ``python -m minisgl_core.store.convert GGUF OUT_DIR ARCHITECTURE``: ``gguf_cache`` does,
+in a child process (transformers' model classes and the dequantization's peak memory stay out of
+the serving process), then renames OUT_DIR into place.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import sys
 from pathlib import Path
 
 
-def convert_gguf(gguf: Path, out: Path) -> None:
-    """Dequantize ``gguf`` with transformers and write config, tokenizer and fp32 weights."""
+def convert_gguf(gguf: Path, out: Path, architecture: str) -> None:
+    """Dequantize ``gguf`` with transformers (through the gguf package) and write config,
+    tokenizer and fp32 weights into ``out``, which must not exist yet."""
     from tqdm import tqdm
 
     bar = tqdm(total=4, desc=f"Converting {gguf.name} (once)", unit="step", file=sys.stderr)
@@ -26,23 +28,23 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                  dtype="float32")
     bar.update()
+    config = model.config.to_dict()
+    generation = model.generation_config.to_dict()
     state = model.state_dict()
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # tied to embed_tokens: stored once
     save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"),
               metadata={"format": "pt"})
     bar.update()
-    config = model.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
         config.pop(key, None)
-    config["architectures"] = config.get("architectures") or ["LlamaForCausalLM"]
+    config["architectures"] = [architecture]
     config["dtype"] = "float32"
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    gen = model.generation_config.to_dict()
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True))
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2, sort_keys=True))
     bar.update()
     bar.close()
 
 
 if __name__ == "__main__":
-    convert_gguf(Path(sys.argv[1]), Path(sys.argv[2]))
+    convert_gguf(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
