@@ -44,7 +44,9 @@ class LaunchConfig:
 
     transport: str = "zmq"
     frontends: tuple[str, ...] = ("openai",)
-    model: str | None = None  # None = the default model
+    model: str | None = None  # None = the default model; a directory, a .gguf file, ORG/NAME
+    revision: str | None = None  # of a Hub model: a branch, tag or commit (None: main)
+    gguf_file: str | None = None  # a GGUF file of the Hub repo (or directory) in ``model``
     served_model_name: tuple[str, ...] = ()  # names clients may use (the first is reported)
     host: str = "127.0.0.1"
     port: int = 8000  # the HTTP port; other frontends' settings live in [frontends.<name>]

@@ -7,8 +7,11 @@ from pathlib import Path
 
 
 def cache_dir() -> Path:
-    """``$MINISGL_CACHE``, else ``~/.cache/minisgl`` (converted GGUFs, kernel choices)."""
-    env = os.environ.get("MINISGL_CACHE")
+    """``$MINISGL_CACHE_DIR``, else ``~/.cache/minisgl`` (converted GGUFs, kernel choices).
+
+    Not ``MINISGL_CACHE``: that is the ``cache`` setting of ``minisgl launch`` (radix, naive).
+    """
+    env = os.environ.get("MINISGL_CACHE_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "minisgl"
 
 

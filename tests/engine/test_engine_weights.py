@@ -42,7 +42,7 @@ def test_missing_default_package_says_how_to_install(monkeypatch) -> None:
 def test_a_file_that_is_not_gguf_is_refused_in_one_line(monkeypatch, tmp_path: Path) -> None:
     broken = tmp_path / "Broken.gguf"
     broken.write_bytes(b"not a gguf file")
-    monkeypatch.setenv("MINISGL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(ModelNotFoundError, match="Broken.gguf is not a readable GGUF") as info:
         gguf_cache.ensure_converted(broken)
     assert "\n" not in str(info.value)
@@ -53,7 +53,7 @@ def test_a_file_that_is_not_gguf_is_refused_in_one_line(monkeypatch, tmp_path: P
 def test_failed_conversion_leaves_nothing_to_trust(monkeypatch, tmp_path: Path) -> None:
     gguf = tmp_path / "Tiny.gguf"
     gguf.write_bytes(b"GGUF whatever")
-    monkeypatch.setenv("MINISGL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
     # a readable architecture, then a converter that fails: the real child process, given a
     # file transformers cannot read
     monkeypatch.setattr(gguf_cache, "gguf_architecture", lambda path: "LlamaForCausalLM")
@@ -70,7 +70,7 @@ def test_failed_conversion_leaves_nothing_to_trust(monkeypatch, tmp_path: Path) 
 def test_content_hash_is_remembered_until_the_file_changes(monkeypatch, tmp_path: Path) -> None:
     import hashlib
 
-    monkeypatch.setenv("MINISGL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
     f = tmp_path / "a.gguf"
     f.write_bytes(b"one")
     assert gguf_cache.content_hash(f) == hashlib.sha256(b"one").hexdigest()
