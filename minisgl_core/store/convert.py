@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def convert_gguf(gguf: Path, out: Path, architecture: str) -> None:
@@ -26,7 +27,7 @@ def convert_gguf(gguf: Path, out: Path, architecture: str) -> None:
     tokenizer.save_pretrained(out)
     bar.update()
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                 dtype="float32")
+                                                 config=gguf_config(gguf), dtype="float32")
     bar.update()
     config = model.config.to_dict()
     generation = model.generation_config.to_dict()
@@ -44,6 +45,22 @@ def convert_gguf(gguf: Path, out: Path, architecture: str) -> None:
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2, sort_keys=True))
     bar.update()
     bar.close()
+
+
+def gguf_config(gguf: Path) -> Any:
+    """transformers' config of the file, with the head size the file states: transformers maps
+    ``attention.key_length`` for some architectures only, and otherwise keeps its config class's
+    default (Qwen3's 128), which does not fit every model."""
+    from gguf import GGUFReader
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    fields = GGUFReader(gguf, "r").fields
+    arch = fields["general.architecture"].contents()
+    key_length = fields.get(f"{arch}.attention.key_length")
+    if key_length is not None and hasattr(config, "head_dim"):
+        config.head_dim = int(key_length.contents())
+    return config
 
 
 if __name__ == "__main__":

@@ -94,14 +94,16 @@ def ensure_converted(gguf: Path, *, name: str | None = None,
                                  f"(supported: {', '.join(sorted(architectures))})")
     sha = content_hash(gguf)
     root = gguf_root()
-    target = root / f"{gguf.stem}-{sha[:16]}"
-    if _is_complete(target, sha):
-        return target
+    found = _converted(root, sha)
+    if found is not None:
+        return found
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{sha[:16]}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_complete(target, sha):  # converted by whoever held the lock before us
-            return target
+        found = _converted(root, sha)  # by whoever held the lock before us
+        if found is not None:
+            return found
+        target = root / f"{gguf.stem}-{sha[:16]}"
         tmp = root / f".{target.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -122,6 +124,14 @@ def read_marker(path: Path) -> dict[str, object] | None:
     with contextlib.suppress(OSError, ValueError):
         marker = json.loads((path / MARKER).read_text())
         return marker if isinstance(marker, dict) else None
+    return None
+
+
+def _converted(root: Path, sha: str) -> Path | None:
+    """The complete directory of this content, whatever the file was called when converted."""
+    for path in sorted(root.glob(f"*-{sha[:16]}")):
+        if _is_complete(path, sha):
+            return path
     return None
 
 

@@ -65,3 +65,12 @@ def hub(tiny_dirs: dict[str, Path], tmp_path: Path,
         yield stub
     finally:
         stub.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_all(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from minisgl_core.testing.tiny import ARCHES
+
+    root = tmp_path_factory.mktemp("store-tiny-all")
+    return {arch: make_tiny_model(root / arch, arch, seed=10 + i)
+            for i, arch in enumerate(ARCHES)}
