@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import time
 import warnings
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +18,8 @@ from minisgl_core.store.paths import cache_dir
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger(__name__)
 
 # names that lived here before the model store had a package of its own
 _MOVED = {"DEFAULT_PACKAGE": "minisgl_core.store.default_model",
@@ -35,6 +41,7 @@ def __getattr__(name: str) -> Any:
 
 
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+           "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
            "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
            "BOOL": "bool"}
 
@@ -59,9 +66,14 @@ class Checkpoint:
             for name, info in header.items():
                 if name == "__metadata__":
                     continue
+                if info["dtype"] not in _DTYPES:
+                    raise ValueError(f"{file.name}: tensor {name!r} is stored as "
+                                     f"{info['dtype']}, which minisgl does not read")
                 start, end = info["data_offsets"]
                 self._index[name] = (file, info["dtype"], info["shape"], 8 + size + start,
                                      end - start)
+        self.bytes_read = 0  # what get() has read so far
+        self.stored: Counter[str] = Counter()  # bytes read by stored dtype ("bfloat16": ...)
 
     def names(self) -> list[str]:
         """Every tensor name, sorted."""
@@ -71,7 +83,11 @@ class Checkpoint:
         return name in self._index
 
     def get(self, name: str) -> torch.Tensor:
-        """Read one tensor (CPU, its stored dtype); KeyError names the missing tensor."""
+        """Read one tensor (CPU, its stored dtype); KeyError names the missing tensor.
+
+        The caller converts it to the compute dtype (``tensor.to(dtype)``): one tensor at a time,
+        so a bf16 or fp16 checkpoint never has a second full copy in memory.
+        """
         import torch
 
         if name not in self._index:
@@ -82,7 +98,37 @@ class Checkpoint:
             f.seek(offset)
             if f.readinto(memoryview(raw.numpy())) != nbytes:
                 raise ValueError(f"{file.name} is truncated (tensor {name!r})")
+        self.bytes_read += nbytes
+        self.stored[_DTYPES[dtype]] += nbytes
         return raw.view(getattr(torch, _DTYPES[dtype])).reshape(shape)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """How a model's weights were loaded: for the log, and for tests and benchmarks."""
+
+    seconds: float
+    bytes_read: int
+    stored: tuple[str, ...]  # the checkpoint's dtypes, most bytes first
+    dtype: str  # what the engine computes in
+
+    def describe(self) -> str:
+        mib = self.bytes_read / 2**20
+        return (f"read {mib:.0f} MiB" if mib >= 10 else f"read {mib:.2f} MiB") + (
+            f" of {'+'.join(self.stored) or 'nothing'} and loaded it as {self.dtype} in "
+            f"{self.seconds:.2f} s")
+
+
+def load_weights(model: Any, path: Path, dtype: torch.dtype) -> LoadReport:
+    """``model.load_weights`` from the directory's safetensors, timed and logged."""
+    start = time.perf_counter()
+    ckpt = Checkpoint(path)
+    model.load_weights(ckpt)
+    report = LoadReport(time.perf_counter() - start, ckpt.bytes_read,
+                        tuple(name for name, _ in ckpt.stored.most_common()),
+                        str(dtype).removeprefix("torch."))
+    log.info("weights of %s: %s", path.name, report.describe())
+    return report
 
 
 def release_freed_memory() -> None:
@@ -103,4 +149,5 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-__all__ = ["Checkpoint", "ModelNotFoundError", "cache_dir", "release_freed_memory"]
+__all__ = ["Checkpoint", "LoadReport", "ModelNotFoundError", "cache_dir", "load_weights",
+           "release_freed_memory"]

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minisgl_core.plugin.registry import RegistryError
+from minisgl_core.store.checkpoint_check import quantized_refusal
 from minisgl_core.store.errors import ModelNotFoundError
+from minisgl_core.store.naming import model_name_of
 
 if TYPE_CHECKING:
     import pluggy
@@ -50,14 +52,19 @@ def resolve_model(pm: pluggy.PluginManager, spec: str | None, *, revision: str |
 
 
 def architecture(model_dir: str | Path) -> str:
-    """``architectures[0]`` of the model directory's config.json."""
+    """``architectures[0]`` of the model directory's config.json; ModelNotFoundError when it
+    has none or the checkpoint is pre-quantized (minisgl loads float weights)."""
     path = Path(model_dir) / "config.json"
     try:
-        archs = json.loads(path.read_text()).get("architectures") or []
-    except (OSError, ValueError) as exc:
+        config = json.loads(path.read_text())
+        archs = config.get("architectures") or []
+    except (OSError, ValueError, AttributeError) as exc:
         raise ModelNotFoundError(f"cannot read {path}: {exc}") from None
     if not archs:
         raise ModelNotFoundError(f"{path} has no 'architectures' entry")
+    refusal = quantized_refusal(config)
+    if refusal:
+        raise ModelNotFoundError(f"{model_name_of(Path(model_dir))} {refusal}")
     return str(archs[0])
 
 

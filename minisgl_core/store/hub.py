@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from minisgl_core.store.checkpoint_check import quantized_refusal
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.paths import hf_hub_cache
 
@@ -195,14 +196,18 @@ def _weight_files(repo_id: str, files: list[str]) -> list[str]:
 def _check_architecture(repo_id: str, model_dir: Path,
                         architectures: Collection[str] | None) -> None:
     try:
-        archs = json.loads((model_dir / "config.json").read_text()).get("architectures") or []
-    except (OSError, ValueError) as exc:
+        config = json.loads((model_dir / "config.json").read_text())
+        archs = config.get("architectures") or []
+    except (OSError, ValueError, AttributeError) as exc:
         raise ModelNotFoundError(f"{repo_id}: cannot read its config.json ({exc})") from None
     if not archs:
         raise ModelNotFoundError(f"{repo_id}: its config.json names no architecture")
     if architectures is not None and archs[0] not in architectures:
         raise ModelNotFoundError(f"{repo_id} is a {archs[0]}, which minisgl does not serve "
                                  f"(supported: {', '.join(sorted(architectures))})")
+    refusal = quantized_refusal(config)
+    if refusal:
+        raise ModelNotFoundError(f"{repo_id} {refusal}")
 
 
 def _check_complete(repo_id: str, path: Path) -> None:
