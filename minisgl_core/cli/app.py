@@ -100,6 +100,9 @@ def launch(
              "[roles.scheduler.NAME].")] = None,
     quantization: Annotated[str | None, typer.Option(
         help="int8: int8 weights and per-token int8 inputs (LM head, q/k/v kept fp32).")] = None,
+    reasoning_parser: Annotated[str | None, typer.Option(
+        help="qwen3 or deepseek_r1: a chat answer's <think> block goes to reasoning_content."
+    )] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -113,6 +116,7 @@ def launch(
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
+        "reasoning_parser": reasoning_parser,
     }
     # a frontend's own flags are shorthands for its [frontends.<name>] table, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

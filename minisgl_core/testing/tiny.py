@@ -19,6 +19,11 @@ CHAT_TEMPLATE = (
     "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+# Qwen3's thinking switch: with enable_thinking false the template writes an empty block
+THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE + (
+    "{% if add_generation_prompt and enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+)
 TRAINING_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
     "Hello world! This is a tiny tokenizer for tests, with numbers 0123456789.",
@@ -30,7 +35,7 @@ TRAINING_TEXT = [
 ]
 
 
-def _tokenizer_files(path: Path, vocab_size: int) -> int:
+def _tokenizer_files(path: Path, vocab_size: int, chat_template: str = CHAT_TEMPLATE) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -47,7 +52,7 @@ def _tokenizer_files(path: Path, vocab_size: int) -> int:
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
         "unk_token": None,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
         "model_max_length": 512,
         "clean_up_tokenization_spaces": False,
     }
@@ -113,7 +118,8 @@ def _weights(cfg: dict[str, Any], arch: str, seed: int) -> dict[str, Any]:
     return w
 
 
-def make_tiny_model(path: Path, arch: str = "llama", seed: int = 0) -> Path:
+def make_tiny_model(path: Path, arch: str = "llama", seed: int = 0,
+                    chat_template: str = CHAT_TEMPLATE) -> Path:
     """Write a tiny random ``arch`` model (2 layers, hidden 64) into ``path``; return ``path``."""
     from safetensors.torch import save_file
 
@@ -121,7 +127,7 @@ def make_tiny_model(path: Path, arch: str = "llama", seed: int = 0) -> Path:
         raise ValueError(f"unknown tiny arch {arch!r} (choose from {', '.join(ARCHES)})")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    vocab = _tokenizer_files(path, vocab_size=384)
+    vocab = _tokenizer_files(path, vocab_size=384, chat_template=chat_template)
     pad, eos = SPECIAL_TOKENS.index("<|endoftext|>"), SPECIAL_TOKENS.index("<|im_end|>")
     cfg = _config(arch, vocab, eos, pad)
     (path / "config.json").write_text(json.dumps(cfg, indent=2))

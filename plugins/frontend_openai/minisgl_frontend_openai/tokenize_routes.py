@@ -17,7 +17,14 @@ from pydantic import Field
 
 from minisgl_core.wire.schema import GenerateRequest
 from minisgl_frontend_openai.errors import APIError, bad_request
-from minisgl_frontend_openai.schemas import MAX_TOKEN_ID, Message, _Strict, chat_messages, parse
+from minisgl_frontend_openai.schemas import (
+    MAX_TOKEN_ID,
+    Message,
+    _Strict,
+    chat_messages,
+    parse,
+    template_kwargs_json,
+)
 from minisgl_frontend_openai.tools import tool_request
 
 MAX_DETOKENIZE = 1 << 20  # ids in one /detokenize call (the body limit caps it sooner)
@@ -33,6 +40,7 @@ class TokenizeRequest(_Strict):
     add_generation_prompt: bool = True
     return_token_strs: bool = False
     tools: list[Any] | None = None  # rendered as a chat completion with these tools would be
+    chat_template_kwargs: dict[str, Any] | None = None  # as a chat completion's
 
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -113,7 +121,8 @@ def _encode(role: Any, req: TokenizeRequest, owner: str) -> tuple[int, ...]:
         tools = tool_request({"tools": req.tools})
         gen = GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
                               messages=chat_messages(req.messages or []),
-                              tools=tools.template_json if tools else None)
+                              tools=tools.template_json if tools else None,
+                              chat_template_kwargs=template_kwargs_json(req.chat_template_kwargs))
         ids = role.encode(gen, add_generation_prompt=req.add_generation_prompt)
         if req.add_special_tokens and role.tokenizer.bos_token_id is not None:
             ids = (role.tokenizer.bos_token_id, *ids)
