@@ -22,6 +22,7 @@ from minisgl_core.cli.common import (
     lazy_entry,
     state,
 )
+from minisgl_core.cli.models import app as models_app
 from minisgl_core.config.dump import to_json, to_toml
 from minisgl_core.config.launch import ConfigError, LaunchConfig, load_config
 from minisgl_core.plugin.listing import as_json, as_table, roles_table
@@ -328,6 +329,7 @@ def make_app(
     bench_app.command("serve")(serve_command)
     bench_app.command("compare")(compare_command)
     app.add_typer(bench_app, name="bench")
+    app.add_typer(models_app, name="models")
     if plugin_commands:
         add_plugin_commands(app, state)
     return app
