@@ -1,4 +1,4 @@
-"""Build a tiny random Llama / Qwen2 / Qwen3 model directory in code (no download, < 2 s).
+"""Build a tiny random Llama / Qwen2 / Qwen3 / Gemma 3 model directory in code (no download, < 2 s).
 
 The directory is a complete HF-format model: config.json, model.safetensors,
 generation_config.json and a byte-level BPE tokenizer (trained here on a few lines, emoji and
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-ARCHES = ("llama", "qwen2", "qwen3")
+ARCHES = ("llama", "qwen2", "qwen3", "gemma3")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
@@ -79,6 +79,16 @@ def _config(arch: str, vocab: int, eos: int, pad: int) -> dict[str, Any]:
         return {**base, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
                 "head_dim": 32, "tie_word_embeddings": True, "attention_bias": False,
                 "use_sliding_window": False, "rope_theta": 1000000.0}
+    if arch == "gemma3":  # 3 layers: two sliding (a window of 8 tokens), then one global
+        return {**base, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                "head_dim": 32, "num_hidden_layers": 3, "tie_word_embeddings": True,
+                "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 24,
+                "sliding_window": 8, "attention_bias": False,
+                "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+                "final_logit_softcapping": None, "attn_logit_softcapping": None}
     raise ValueError(f"unknown tiny arch {arch!r} (choose from {', '.join(ARCHES)})")
 
 
@@ -92,8 +102,8 @@ def _weights(cfg: dict[str, Any], arch: str, seed: int) -> dict[str, Any]:
     def rand(*shape: int, std: float) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * std
 
-    def norm(n: int) -> torch.Tensor:
-        return 1.0 + rand(n, std=0.1)
+    def norm(n: int) -> torch.Tensor:  # Gemma's norms scale by 1 + weight: centred on 0
+        return (0.0 if arch == "gemma3" else 1.0) + rand(n, std=0.1)
 
     # large-ish scales give peaked logits, so greedy ties (and flaky comparisons) are unlikely
     w: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rand(vocab, hidden, std=0.5),
@@ -109,9 +119,12 @@ def _weights(cfg: dict[str, Any], arch: str, seed: int) -> dict[str, Any]:
             if arch == "qwen2":
                 w[p + f"self_attn.{name}_proj.bias"] = rand(rows, std=0.2)
         w[p + "self_attn.o_proj.weight"] = rand(hidden, hq * d, std=(hq * d) ** -0.5)
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             w[p + "self_attn.q_norm.weight"] = norm(d)
             w[p + "self_attn.k_norm.weight"] = norm(d)
+        if arch == "gemma3":
+            w[p + "pre_feedforward_layernorm.weight"] = norm(hidden)
+            w[p + "post_feedforward_layernorm.weight"] = norm(hidden)
         w[p + "mlp.gate_proj.weight"] = rand(inter, hidden, std=hidden ** -0.5)
         w[p + "mlp.up_proj.weight"] = rand(inter, hidden, std=hidden ** -0.5)
         w[p + "mlp.down_proj.weight"] = rand(hidden, inter, std=inter ** -0.5)

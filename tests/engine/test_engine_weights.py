@@ -114,7 +114,8 @@ def test_llama3_rope_scaling_matches_transformers(tmp_path: Path) -> None:
 def test_models_plugin_registers_every_builtin_architecture(tmp_path: Path) -> None:
     seen: dict[str, str] = {}
     models_plugin.minisgl_register_models(lambda name, target: seen.setdefault(name, target))
-    assert set(seen) == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+    assert set(seen) == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                         "Gemma3ForCausalLM"}
     models = collect(build_manager(autoload=False)).models
     assert models.names() == sorted(seen)  # the one registry: nothing else adds architectures
     for name in seen:
