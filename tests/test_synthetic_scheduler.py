@@ -75,11 +75,13 @@ def test_a_service_on_the_synthetic_scheduler(tmp_path: Path) -> None:
             for i, _ in enumerate(resp.iter_lines()):
                 if i >= 4:
                     break
-            held = svc.wait_metrics(lambda m: m["minisgl_requests_running"] == 1)
+            held = svc.wait_metrics(lambda m: m["minisgl_requests_running"] == 1,
+                                    what="the 400-token stream running")
             # it reserved ceil((3 + 400 - 1) / 16) = 26 of the 64 pages
             assert held["minisgl_kv_pages_free"] == held["minisgl_kv_pages_total"] - 26
         idle = svc.wait_metrics(lambda m: m["minisgl_requests_running"] == 0
-                                and m["minisgl_kv_pages_free"] == 64, timeout=10)
+                                and m["minisgl_kv_pages_free"] == 64,
+                                what="the dropped stream aborted, its pages free")
         assert idle["minisgl_kv_pages_free"] == idle["minisgl_kv_pages_total"] == 64
         assert idle['minisgl_requests_finished_total{reason="abort"}'] == 1
     finally:

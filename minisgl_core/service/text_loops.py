@@ -25,12 +25,19 @@ log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.2
 
 
-def _received(inbox: Receiver, decode: Callable[[bytes], Any],
-              who: str) -> Iterator[tuple[bytes, Any]]:
-    """Yield ``(raw, decoded)`` for each message until the inbox closes; drop malformed ones."""
+def _received(inbox: Receiver, decode: Callable[[bytes], Any], who: str,
+              idle_after: Callable[[], float | None] = lambda: None,
+              ) -> Iterator[tuple[bytes, Any] | None]:
+    """Yield ``(raw, decoded)`` for each message until the inbox closes; drop malformed ones.
+
+    Yields None when no message came for ``idle_after()`` seconds (None: wait for ever).
+    """
     while True:
         try:
-            data = inbox.recv()
+            data = inbox.recv(timeout=idle_after())
+        except TimeoutError:
+            yield None
+            continue
         except ChannelClosed:
             return
         try:
@@ -41,25 +48,46 @@ def _received(inbox: Receiver, decode: Callable[[bytes], Any],
         yield data, msg
 
 
-def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender) -> None:
-    """Tokenize requests and forward aborts on the same path, in arrival order."""
-    for data, msg in _received(inbox, codec.decode_tokenizer, "tokenizer"):
-        match msg:
-            case GenerateRequest():
-                outbox.send(codec.encode(role.tokenize(msg)))
-            case Abort():
-                outbox.send(data)
-            case Shutdown():
-                return
+def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
+                  report: Callable[[Message], None] = lambda msg: None) -> None:
+    """Tokenize requests and forward aborts on the same path, in arrival order.
+
+    Reports how many requests it has passed on (``tokenizer_requests_total``): at most every
+    STATS_INTERVAL_S while busy, and once more as soon as it is idle, so the last of a burst
+    is always counted.
+    """
+    forwarded, reported = 0, -1  # -1: the first report (0) goes out once idle
+    last_report = 0.0
+
+    def idle_after() -> float | None:
+        return STATS_INTERVAL_S if forwarded != reported else None
+
+    for item in _received(inbox, codec.decode_tokenizer, "tokenizer", idle_after):
+        if item is not None:
+            data, msg = item
+            match msg:
+                case GenerateRequest():
+                    outbox.send(codec.encode(role.tokenize(msg)))
+                    forwarded += 1
+                case Abort():
+                    outbox.send(data)
+                case Shutdown():
+                    return
+        now = time.monotonic()
+        if forwarded != reported and (item is None or now - last_report > STATS_INTERVAL_S):
+            reported, last_report = forwarded, now
+            report(Stats(process=f"tokenizer:{os.getpid()}",
+                         counters={"tokenizer_requests_total": float(forwarded)}))
 
 
 def run_detokenizer(role: Detokenizer, inbox: Receiver, outboxes: dict[str, Sender],
                     report: Callable[[Message], None]) -> None:
     """Turn each step's token deltas into text deltas and route them to their frontends."""
     reported, last_report = -1, 0.0
-    for _, msg in _received(inbox, codec.decode_detokenizer, "detokenizer"):
-        match msg:
-            case TokenBatch():
+    for item in _received(inbox, codec.decode_detokenizer, "detokenizer"):
+        assert item is not None  # no idle timeout here
+        match item[1]:
+            case TokenBatch() as msg:
                 for owner, deltas in role.process(msg).items():
                     sender = outboxes.get(owner)
                     if sender is None:

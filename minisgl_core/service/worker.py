@@ -94,7 +94,7 @@ def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report:
     if spec.role == "tokenizer":
         inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
         report(ready)
-        run_tokenizer(role, inbox, outbox)
+        run_tokenizer(role, inbox, outbox, report)
     elif spec.role == "detokenizer":
         inbox = transport.pull(ep.detokenizer, bind=True)
         outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}

@@ -74,14 +74,14 @@ class RunningService:
 
     def model_name(self) -> str:
         """The id /v1/models lists."""
-        return str(httpx.get(f"{self.url}/v1/models", timeout=5).json()["data"][0]["id"])
+        return str(httpx.get(f"{self.url}/v1/models", timeout=30).json()["data"][0]["id"])
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     def metrics(self) -> dict[str, float]:
         """/metrics parsed into {sample name with labels: value}."""
-        return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=5).text)
+        return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=30).text)
 
     def wait_metrics(self, predicate: Callable[[dict[str, float]], bool],
                      timeout: float = 60.0, what: str | None = None) -> dict[str, float]:
@@ -89,7 +89,7 @@ class RunningService:
         ``timeout`` fail, saying what was awaited and what the gauges last showed."""
         return wait_for_metrics(self.metrics, predicate, timeout, what)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
         """Signal the launcher, wait for it, and make sure nothing it started is left."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -97,7 +97,7 @@ class RunningService:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+                self.proc.wait(30)
         return self.proc.returncode
 
     def workers(self) -> dict[str, psutil.Process]:
@@ -130,7 +130,7 @@ class RunningService:
             with suppress(psutil.Error):  # killed inside the block: nothing to resume
                 proc.resume()
 
-    def leftover_workers(self, timeout: float = 5.0) -> list[int]:
+    def leftover_workers(self, timeout: float = 30.0) -> list[int]:
         """Worker pids still alive after the launcher ended (should be none)."""
         import psutil
 

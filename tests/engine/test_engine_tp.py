@@ -89,7 +89,6 @@ def test_local_group_fails_fast_when_a_follower_exits(tiny_models: dict[str, Pat
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
     import sys
-    import time
 
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.plugin.model_lookup import resolve
@@ -99,8 +98,8 @@ def test_local_group_fails_fast_when_a_follower_exits(tiny_models: dict[str, Pat
         return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
 
     monkeypatch.setattr(tp_local, "_start_follower", broken_follower)
-    start = time.monotonic()
+    # the dead rank is seen as such, not waited for: a wait would end in "timed out" (or in the
+    # test's own timeout) long before rank 0's 600 s
     with pytest.raises(RuntimeError, match="rank 1 exited with code 3 before the group formed"):
         tp_local.LocalGroup(EngineConfig(model=str(tiny_models["llama"]), num_threads=1),
-                            resolve(str(tiny_models["llama"])).model_class, 2, timeout_s=30)
-    assert time.monotonic() - start < 25  # not rank 0's 30 s wait for a rank that never joins
+                            resolve(str(tiny_models["llama"])).model_class, 2, timeout_s=600)

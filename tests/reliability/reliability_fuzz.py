@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,17 +70,25 @@ def served_openapi(svc: Service) -> dict[str, Any] | None:
     return doc if "requestBody" in chat else None
 
 
-def send_garbage(svc: Service) -> list[str]:
-    """Send undecodable messages to every bound socket of the run dir; return the channels."""
+@contextlib.contextmanager
+def garbage_sent(svc: Service) -> Iterator[list[str]]:
+    """Send undecodable messages to every bound socket of the run dir; yield the channels.
+
+    The sending sockets stay open for the block: nng has no linger, so a socket closed at once
+    could drop what it has not flushed yet; wait in the block for what the service logs.
+    """
     channels = sorted(os.listdir(svc.run_dir))
-    for name in channels:
-        path = svc.run_dir / name
-        _send_transport(svc.spec.transport, f"ipc://{path}", garbage_payloads())
-        _send_raw(path)
-    return channels
+    with contextlib.ExitStack() as open_senders:
+        for name in channels:
+            path = svc.run_dir / name
+            open_senders.enter_context(
+                _transport_sender(svc.spec.transport, f"ipc://{path}", garbage_payloads()))
+            _send_raw(path)
+        yield channels
 
 
-def _send_transport(transport: str, endpoint: str, payloads: list[bytes]) -> None:
+@contextlib.contextmanager
+def _transport_sender(transport: str, endpoint: str, payloads: list[bytes]) -> Iterator[None]:
     if transport == "zmq":
         import zmq
 
@@ -89,8 +99,11 @@ def _send_transport(transport: str, endpoint: str, payloads: list[bytes]) -> Non
         for p in payloads:
             sock.send(p)
         sock.send_multipart([b"two", b"frames"])
-        sock.close()
-        ctx.term()
+        try:
+            yield
+        finally:
+            sock.close()
+            ctx.term()
     else:
         import pynng
 
@@ -98,7 +111,7 @@ def _send_transport(transport: str, endpoint: str, payloads: list[bytes]) -> Non
             sock.dial(endpoint, block=True)
             for p in payloads:
                 sock.send(p)
-            time.sleep(0.5)  # nng has no linger: give the pipe time to flush
+            yield
 
 
 def _send_raw(path: Path) -> None:
@@ -113,7 +126,7 @@ def _send_raw(path: Path) -> None:
                 pass  # the peer may hang up on us: that is a fine answer
 
 
-def wait_log(svc: Service, needles: list[str], timeout: float = 10) -> list[str]:
+def wait_log(svc: Service, needles: list[str], timeout: float = 60) -> list[str]:
     """The needles still missing from the service log after up to ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:

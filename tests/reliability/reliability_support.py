@@ -170,7 +170,7 @@ def _descendants(pid: int) -> list[int]:
         return []
 
 
-def leftovers(pids: list[int], timeout: float = 5.0) -> list[int]:
+def leftovers(pids: list[int], timeout: float = 30.0) -> list[int]:
     """The pids among ``pids`` still alive (zombies excluded) after up to ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:

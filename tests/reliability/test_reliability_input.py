@@ -17,7 +17,7 @@ from reliability_fuzz import (
     check_answer_or_error,
     check_error_envelope,
     dumps,
-    send_garbage,
+    garbage_sent,
     served_openapi,
     wait_log,
 )
@@ -260,9 +260,9 @@ def test_frontend_serves_its_openapi_document(svc: Service) -> None:
 @pytest.mark.parametrize("transport", ["zmq", "nng"])
 def test_garbage_on_every_socket_is_dropped_and_logged(pool: ServicePool, transport: str) -> None:
     svc = pool.get(transport)
-    channels = send_garbage(svc)
-    kinds = {c.split(".", 1)[0] for c in channels}
-    assert kinds == set(DROP_LINES), channels
-    missing = wait_log(svc, list(DROP_LINES.values()))
+    with garbage_sent(svc) as channels:
+        kinds = {c.split(".", 1)[0] for c in channels}
+        assert kinds == set(DROP_LINES), channels
+        missing = wait_log(svc, list(DROP_LINES.values()))
     assert not missing, f"not logged: {missing}\n{svc.log()[-2000:]}"
     still_serving(svc)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -108,10 +107,9 @@ def test_rank_started_separately_with_tp_worker(qwen2_model: str, reference: lis
 ])
 def test_bad_tp_fails_the_launch_clearly(qwen2_model: str, tmp_path: Path, args: list[str],
                                          message: str) -> None:
-    start = time.monotonic()
+    # "launch exited with": it ended by itself, before launch_service's own wait ran out
     with pytest.raises(RuntimeError, match="launch exited with") as info:
-        launch_service(qwen2_model, args=[*ARGS, *args], log_dir=tmp_path, timeout=60)
+        launch_service(qwen2_model, args=[*ARGS, *args], log_dir=tmp_path, timeout=240)
     assert message in str(info.value)
     if args == ["--tp", "3"]:  # a rank said why, naming itself
         assert "minisgl::scheduler" in str(info.value) and "failed" in str(info.value)
-    assert time.monotonic() - start < 60

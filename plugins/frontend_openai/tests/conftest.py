@@ -188,7 +188,7 @@ class RunningServer:
         self.loop.close()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Poll ``predicate`` until true or ``timeout`` seconds passed (bounded loop)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
