@@ -99,7 +99,7 @@ def test_weights_minisgl_cannot_load_are_refused_before_downloading_them(hub: Hu
         "minisgl loads safetensors only (a revision or copy of the repo with *.safetensors works)")
     message = refusal("acme/tiny-gpt2")
     assert message.startswith("acme/tiny-gpt2 is a GPT2LMHeadModel, which minisgl does not "
-                              "serve (supported: LlamaForCausalLM, Qwen2ForCausalLM")
+                              "serve (supported: Gemma3ForCausalLM, LlamaForCausalLM, ")
     assert [f for f in hub.downloads() if not f.endswith("/config.json")] == []
 
 
