@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pluggy
-
+from minisgl_core import deprecated
+from minisgl_core.plugin.hookspecs import hookimpl
 from minisgl_core.sampling import SamplingParams
-
-__version__ = "0.1.0"
-
-hookimpl = pluggy.HookimplMarker("minisgl")
+from minisgl_core.version import __version__
 
 if TYPE_CHECKING:
     from minisgl_core.offline import LLM
 
 __all__ = ["LLM", "SamplingParams", "__version__", "hookimpl"]
+
+deprecated.install()  # the module paths of earlier releases keep importing, with a warning
 
 
 def __getattr__(name: str) -> Any:

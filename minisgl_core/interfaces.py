@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 if TYPE_CHECKING:
     from minisgl_core.wire.schema import (
@@ -109,6 +109,10 @@ OptionsTable = Mapping[str, Any]
 
 
 # ---- roles: what the tokenizer, detokenizer and scheduler process loops call ------------------
+
+RoleKind = Literal["tokenizer", "detokenizer", "scheduler"]
+"""The three roles of a service; each runs in its own process, one implementation per kind."""
+ROLE_KINDS: tuple[RoleKind, ...] = get_args(RoleKind)
 
 
 @runtime_checkable

@@ -34,9 +34,21 @@ def test_medians_and_ratios() -> None:
     assert out["zmq"].p50_us == 12 and out["zmq"].msgs_per_s == 2000
     assert out["nng"].p50_vs_zmq == round(40 / 12, 2) and out["nng"].thr_vs_zmq == 0.1
     text = bench.table(list(out.values()))
-    assert "| nng | process | sync | 64 B | 40.0 |" in text and "3.33x" in text
+    assert "| nng | ipc | process | sync | 64 B | 40.0 |" in text and "3.33x" in text
 
 
 def test_bad_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="message sizes"):
         bench.run(["inproc"], [0], 0.01)
+
+
+def test_tcp_with_and_without_keys_beside_ipc(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["zmq", "nng"], [64], json_lines=True, duration=0.05, endpoints="tcp", auth=True)
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    cases = {(r["transport"], r["endpoints"], r["mode"]) for r in rows}
+    assert cases == {(t, e, m) for t in ("zmq", "nng") for e in ("ipc", "tcp", "tcp+auth")
+                     for m in ("sync", "async")} | {
+        ("mp.Queue", "ipc", "sync"), ("socket", "ipc", "sync"), ("socket", "tcp", "sync")}
+    for r in rows:
+        assert 0 < r["p50_us"] <= r["p99_us"] and r["msgs_per_s"] > 0
+        assert r["p50_vs_zmq"] is not None  # zmq over ipc is the reference of every row

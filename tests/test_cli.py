@@ -10,7 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from minisgl_core import __version__, hookimpl
-from minisgl_core.cli.app import lazy_entry, make_app
+from minisgl_core.cli.app import make_app
+from minisgl_core.cli.common import lazy_entry
 from minisgl_core.plugin.loading import MinisglPluginManager, build_manager
 
 runner = CliRunner()

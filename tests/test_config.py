@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from minisgl_core.config.dump import to_json, to_toml
-from minisgl_core.config.launch import ConfigError, LaunchConfig, load_config
+from minisgl_core.config.launch import ConfigError, LaunchConfig
+from minisgl_core.config.sources import load_config
 
 FILE = """
 transport = "nng"

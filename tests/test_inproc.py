@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from minisgl_core.default_plugins import inproc
+from minisgl_core.default_plugins import inproc_channels
 from minisgl_core.default_plugins.inproc import InprocTransport
 from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.plugin.loading import build_manager, collect
@@ -106,9 +106,9 @@ def test_endpoint_table_is_emptied_when_every_end_closes(run_dir: Path) -> None:
     ep = t.endpoint(run_dir, "gone")
     t.pull(ep, bind=True)
     t.push(ep)
-    assert ep in inproc._TABLE
+    assert ep in inproc_channels.TABLE
     t.close()
-    assert ep not in inproc._TABLE
+    assert ep not in inproc_channels.TABLE
 
 
 def test_misuse_is_refused_with_clear_errors(run_dir: Path) -> None:

@@ -10,9 +10,14 @@ from types import SimpleNamespace
 import pytest
 
 from minisgl_core import hookimpl
-from minisgl_core.default_plugins import DEFAULT_PLUGINS
 from minisgl_core.plugin.listing import describe
-from minisgl_core.plugin.loading import PluginLoadError, build_manager, collect, loaded_module_names
+from minisgl_core.plugin.loading import (
+    DEFAULT_PLUGINS,
+    PluginLoadError,
+    build_manager,
+    collect,
+    loaded_module_names,
+)
 from minisgl_core.testing.fixtures import minisgl_plugin_dist, minisgl_pm  # noqa: F401
 
 GOOD = textwrap.dedent(

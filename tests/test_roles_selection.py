@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from minisgl_core import hookimpl
 from minisgl_core.cli.app import make_app
 from minisgl_core.config.dump import to_toml
-from minisgl_core.config.launch import ConfigError, LaunchConfig, load_config
+from minisgl_core.config.launch import ConfigError, LaunchConfig
+from minisgl_core.config.sources import load_config
 from minisgl_core.plugin.loading import build_manager
 
 runner = CliRunner()

@@ -72,9 +72,9 @@ def test_a_service_on_the_synthetic_scheduler(tmp_path: Path) -> None:
         body = {"model": svc.model_name(), "prompt": prompt, "max_tokens": 400, "stream": True}
         with httpx.stream("POST", f"{svc.url}/v1/completions", json=body, timeout=30) as resp:
             assert resp.status_code == 200
-            for i, _ in enumerate(resp.iter_lines()):
-                if i >= 4:
-                    break
+            lines = resp.iter_lines()  # kept: breaking out of it would close the stream
+            for _ in zip(range(5), lines, strict=False):
+                pass
             held = svc.wait_metrics(lambda m: m["minisgl_requests_running"] == 1,
                                     what="the 400-token stream running")
             # it reserved ceil((3 + 400 - 1) / 16) = 26 of the 64 pages

@@ -5,19 +5,27 @@ and every (mode, size) case runs against it: one-way latency p50/p99 from push/p
 (RTT / 2) and one-way throughput of a stream the peer sends as fast as it can. The measuring
 side is sync (``send``/``recv``) or async (``asend``/``arecv``); the peer is always sync.
 ``multiprocessing.Queue`` is the baseline, and ratios are to zmq (ipc, sync) at the same size.
+
+With ``endpoints="tcp"`` every transport that offers tcp endpoints (its factory has
+``write_keys``) runs again over loopback tcp, and with ``auth`` once more with keys (zmq CURVE,
+nng TLS), beside its ipc figures; the host's own ceiling comes in the same run, as a raw unix
+socket and a raw loopback tcp socket carrying length-prefixed frames from plain Python.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import socket
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from minisgl_core.bench.transport_peer import (
@@ -26,17 +34,21 @@ from minisgl_core.bench.transport_peer import (
     Measured,
     QueueReceiver,
     QueueSender,
+    StreamReceiver,
+    StreamSender,
     measure_async,
     measure_sync,
     peer_loop,
     peer_process,
     queue_peer_process,
+    socket_peer_process,
 )
 from minisgl_core.interfaces import Receiver, Sender
 from minisgl_core.service.rundir import private_run_dir
 
 DEFAULT_SIZES = (64, 1024, 64 * 1024, 1024 * 1024)
 BASELINE = "mp.Queue"
+RAW = "socket"  # length-prefixed frames on a plain unix or tcp socket (with --endpoints tcp)
 REFERENCE = "zmq"
 PIPE_BUDGET_BYTES = 128 << 20  # cap what one pipe may buffer: hwm = this // largest size
 
@@ -56,6 +68,7 @@ class Row:
     mb_per_s: float
     p50_vs_zmq: float | None
     thr_vs_zmq: float | None
+    endpoints: str = "ipc"  # "ipc", "tcp" or "tcp+auth" (loopback tcp with keys)
 
 
 def _say(message: str) -> None:
@@ -107,15 +120,12 @@ def _thread_peer(transport: Any, down: str, up: str) -> None:
 
 
 @contextmanager
-def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
-    ctx = multiprocessing.get_context("spawn")
-    down, up = ctx.Queue(hwm), ctx.Queue(hwm)
-    proc = ctx.Process(target=queue_peer_process, args=(down, up), daemon=True)
-    proc.start()
+def _ready_peer(proc: Any, tx: Sender, rx: Receiver,
+                what: str) -> Iterator[tuple[Sender, Receiver]]:
+    """Wait for the peer's READY, hand its ends out, then send QUIT and reap the process."""
     try:
-        rx, tx = QueueReceiver(up), QueueSender(down)
         if rx.recv(timeout=120) != READY:
-            raise RuntimeError("queue peer did not start")
+            raise RuntimeError(f"{what} did not start")
         yield tx, rx
         tx.send(QUIT)
     finally:
@@ -124,69 +134,125 @@ def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
             proc.kill()
 
 
-def _plan(transports: Sequence[str] | None) -> tuple[list[tuple[str, bool]], list[str]]:
-    """The (name, multiprocess) list to run, reference first, and the plugin modules to load."""
+@contextmanager
+def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
+    ctx = multiprocessing.get_context("spawn")
+    down, up = ctx.Queue(hwm), ctx.Queue(hwm)
+    proc = ctx.Process(target=queue_peer_process, args=(down, up), daemon=True)
+    proc.start()
+    with _ready_peer(proc, QueueSender(down), QueueReceiver(up), "queue peer") as ends:
+        yield ends
+
+
+@contextmanager
+def _socket_peer(where: str) -> Iterator[tuple[Sender, Receiver]]:
+    """The host's own ceiling: a unix socket (ipc) or loopback tcp, no messaging library."""
+    family = socket.AF_UNIX if where == "ipc" else socket.AF_INET
+    with private_run_dir(prefix="mb-") as run_dir, socket.socket(family) as listener:
+        listener.bind(str(run_dir / "raw") if where == "ipc" else ("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(120)
+        ctx = multiprocessing.get_context("spawn")
+        proc = ctx.Process(target=socket_peer_process, daemon=True,
+                           args=(family, listener.getsockname()))
+        proc.start()
+        try:
+            conn, _ = listener.accept()
+        except BaseException:
+            proc.kill()
+            raise
+        with conn:
+            if where == "tcp":
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with _ready_peer(proc, StreamSender(conn), StreamReceiver(conn),
+                             "socket peer") as ends:
+                yield ends
+
+
+def _plan(transports: Sequence[str] | None, endpoints: str, auth: bool,
+          key_dir: Path) -> tuple[list[tuple[str, bool, str, dict[str, Any]]], list[str]]:
+    """The (name, multiprocess, endpoints, options) cases to run, reference first, and the
+    plugin modules to load; keys for the ``tcp+auth`` cases are written under ``key_dir``."""
     from minisgl_core.plugin.loading import build_manager, collect, loaded_module_names
+    from minisgl_core.plugin.transport_tcp import write_all_keys
 
     pm = build_manager()
     regs = collect(pm)
     names = list(transports) if transports else regs.transports.names()
     names.sort(key=lambda n: (n != REFERENCE, n))
-    plan = []
+    plan: list[tuple[str, bool, str, dict[str, Any]]] = []
     for name in names:
         try:
             factory = regs.transports.get(name)
-            plan.append((name, bool(getattr(factory, "multiprocess", True))))
+            multiprocess = bool(getattr(factory, "multiprocess", True))
+            plan.append((name, multiprocess, "ipc", {}))
+            if endpoints != "tcp" or not hasattr(factory, "write_keys"):
+                continue
+            plan.append((name, multiprocess, "tcp", {"endpoints": "tcp"}))
+            if auth:
+                write_all_keys(regs, key_dir, [name])
+                plan.append((name, multiprocess, "tcp+auth",
+                             {"endpoints": "tcp", "keys": str(key_dir)}))
         except Exception as exc:  # one broken transport must not stop the others
             _say(f"skipping {name}: {exc}")
     return plan, loaded_module_names(pm)
 
 
 def _row(name: str, peer: str, mode: str, size: int, m: Measured,
-         ref: dict[int, Measured]) -> Row:
+         ref: dict[int, Measured], endpoints: str = "ipc") -> Row:
     base = ref.get(size)
     p50_ratio = m.p50_us / base.p50_us if base and base.p50_us else None
     thr_ratio = m.msgs_per_s / base.msgs_per_s if base and base.msgs_per_s else None
     return Row(name, peer, mode, size, round(m.p50_us, 1), round(m.p99_us, 1), m.round_trips,
                round(m.msgs_per_s), round(m.mb_per_s, 1),
                None if p50_ratio is None else round(p50_ratio, 2),
-               None if thr_ratio is None else round(thr_ratio, 3))
+               None if thr_ratio is None else round(thr_ratio, 3), endpoints)
 
 
 def run(transports: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
-        duration: float = 1.0, emit: Any = None) -> list[Row]:
+        duration: float = 1.0, emit: Any = None, endpoints: str = "ipc",
+        auth: bool = False) -> list[Row]:
     """Measure everything; call ``emit(row)`` as each case finishes; return all rows."""
     sizes = list(sizes or DEFAULT_SIZES)
     if any(s < 1 for s in sizes):
         raise ValueError(f"message sizes must be >= 1 byte, got {sizes}")
+    if endpoints not in ("ipc", "tcp"):
+        raise ValueError(f'endpoints must be "ipc" or "tcp", got {endpoints!r}')
     hwm = max(16, min(1000, PIPE_BUDGET_BYTES // max(sizes)))
-    options = {"hwm": hwm, "max_message_bytes": max(64 << 20, 2 * max(sizes))}
-    plan, plugins = _plan(transports)
+    common = {"hwm": hwm, "max_message_bytes": max(64 << 20, 2 * max(sizes))}
     rows: list[Row] = []
     ref: dict[int, Measured] = {}  # zmq sync results by size
-    peers: list[tuple[str, str, Any, tuple[str, ...]]] = [
-        (name, "process" if mp else "thread",
-         lambda n=name, m=mp: _transport_peer(n, plugins, options, m), ("sync", "async"))
-        for name, mp in plan]
-    peers.append((BASELINE, "process", lambda: _queue_peer(hwm), ("sync",)))
-    for name, peer, start, modes in peers:
-        _say(f"{name} ({peer} peer, hwm {hwm}) ...")
-        t0 = time.perf_counter()
-        try:
-            with start() as (tx, rx):
-                for mode in modes:
-                    measure = measure_sync if mode == "sync" else measure_async
-                    for size in sizes:
-                        m = measure(tx, rx, size, duration)
-                        if name == REFERENCE and mode == "sync":
-                            ref[size] = m
-                        row = _row(name, peer, mode, size, m, ref)
-                        rows.append(row)
-                        if emit is not None:
-                            emit(row)
-        except Exception as exc:  # report and go on with the next transport
-            _say(f"{name} failed: {type(exc).__name__}: {exc}")
-        _say(f"{name} done in {time.perf_counter() - t0:.1f} s")
+    with ExitStack() as stack:
+        key_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mb-keys-")))
+        plan, plugins = _plan(transports, endpoints, auth, key_dir)
+        peers: list[tuple[str, str, str, Any, tuple[str, ...]]] = [
+            (name, where, "process" if mp else "thread",
+             lambda n=name, m=mp, o={**common, **extra}: _transport_peer(n, plugins, o, m),
+             ("sync", "async"))
+            for name, mp, where, extra in plan]
+        peers.append((BASELINE, "ipc", "process", lambda: _queue_peer(hwm), ("sync",)))
+        if endpoints == "tcp":  # what the kernel gives Python with no library in between
+            peers += [(RAW, where, "process", lambda w=where: _socket_peer(w), ("sync",))
+                      for where in ("ipc", "tcp")]
+        for name, where, peer, start, modes in peers:
+            label = name if where == "ipc" else f"{name} over {where}"
+            _say(f"{label} ({peer} peer, hwm {hwm}) ...")
+            t0 = time.perf_counter()
+            try:
+                with start() as (tx, rx):
+                    for mode in modes:
+                        measure = measure_sync if mode == "sync" else measure_async
+                        for size in sizes:
+                            m = measure(tx, rx, size, duration)
+                            if (name, where, mode) == (REFERENCE, "ipc", "sync"):
+                                ref[size] = m
+                            row = _row(name, peer, mode, size, m, ref, where)
+                            rows.append(row)
+                            if emit is not None:
+                                emit(row)
+            except Exception as exc:  # report and go on with the next transport
+                _say(f"{label} failed: {type(exc).__name__}: {exc}")
+            _say(f"{label} done in {time.perf_counter() - t0:.1f} s")
     return rows
 
 
@@ -201,11 +267,12 @@ def _ratio(value: float | None, fmt: str) -> str:
 
 def table(rows: Sequence[Row]) -> str:
     """A markdown table of ``rows`` (latency in microseconds, one-way)."""
-    head = ("| transport | peer | mode | size | p50 us | p99 us | round trips | msg/s | MB/s "
-            "| p50 vs zmq | msg/s vs zmq |")
-    lines = [head, "|" + "---|" * 11]
+    head = ("| transport | endpoints | peer | mode | size | p50 us | p99 us | round trips | msg/s "
+            "| MB/s | p50 vs zmq | msg/s vs zmq |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
-        lines.append(f"| {r.transport} | {r.peer} | {r.mode} | {_size(r.size)} | {r.p50_us:,.1f} "
+        lines.append(f"| {r.transport} | {r.endpoints} | {r.peer} | {r.mode} | {_size(r.size)} "
+                     f"| {r.p50_us:,.1f} "
                      f"| {r.p99_us:,.1f} | {r.round_trips} | {r.msgs_per_s:,.0f} "
                      f"| {r.mb_per_s:,.1f} | {_ratio(r.p50_vs_zmq, '.2f')}x "
                      f"| {_ratio(r.thr_vs_zmq, '.3f')} |")
@@ -214,24 +281,26 @@ def table(rows: Sequence[Row]) -> str:
 
 def median_rows(runs: Sequence[Sequence[Row]]) -> list[Row]:
     """Per case, the median of each figure over ``runs``; ratios recomputed from the medians."""
-    cases: dict[tuple[str, str, int], list[Row]] = {}
+    cases: dict[tuple[str, str, str, int], list[Row]] = {}
     for rows in runs:
         for r in rows:
-            cases.setdefault((r.transport, r.mode, r.size), []).append(r)
-    med: dict[tuple[str, str, int], Measured] = {
+            cases.setdefault((r.transport, r.endpoints, r.mode, r.size), []).append(r)
+    med: dict[tuple[str, str, str, int], Measured] = {
         key: Measured(statistics.median(r.p50_us for r in rs),
                       statistics.median(r.p99_us for r in rs),
                       int(statistics.median(r.round_trips for r in rs)),
                       statistics.median(r.msgs_per_s for r in rs),
                       statistics.median(r.mb_per_s for r in rs))
         for key, rs in cases.items()}
-    ref = {size: m for (name, mode, size), m in med.items() if (name, mode) == (REFERENCE, "sync")}
-    return [_row(name, rs[0].peer, mode, size, med[(name, mode, size)], ref)
-            for (name, mode, size), rs in cases.items()]
+    ref = {size: m for (name, where, mode, size), m in med.items()
+           if (name, where, mode) == (REFERENCE, "ipc", "sync")}
+    return [_row(name, rs[0].peer, mode, size, med[(name, where, mode, size)], ref, where)
+            for (name, where, mode, size), rs in cases.items()]
 
 
 def main(transports: list[str] | None = None, sizes: list[int] | None = None,
-         json_lines: bool = False, duration: float = 1.0, repeat: int = 1) -> None:
+         json_lines: bool = False, duration: float = 1.0, repeat: int = 1,
+         endpoints: str = "ipc", auth: bool = False) -> None:
     """Run the benchmark; print a markdown table, or one JSON object per case as it finishes.
 
     With ``repeat`` > 1 the whole run is repeated and each figure is the median over the runs
@@ -245,16 +314,17 @@ def main(transports: list[str] | None = None, sizes: list[int] | None = None,
         runs = []
         for i in range(repeat):
             _say(f"run {i + 1} of {repeat}")
-            runs.append(run(transports, sizes, duration))
+            runs.append(run(transports, sizes, duration, endpoints=endpoints, auth=auth))
         rows = median_rows(runs)
         if json_lines:
             for row in rows:
                 emit(row)
     else:
-        rows = run(transports, sizes, duration, emit if json_lines else None)
+        rows = run(transports, sizes, duration, emit if json_lines else None, endpoints, auth)
     if not json_lines:
         print(table(rows))
         runs_note = f"; medians of {repeat} runs" if repeat > 1 else ""
         print(f"\nLatency is one-way (ping-pong RTT / 2){runs_note}. "
               "Ratios compare with zmq (ipc, sync) at the same size: p50 > 1 is slower, "
-              "msg/s < 1 is slower.")
+              "msg/s < 1 is slower. tcp is loopback (127.0.0.1); tcp+auth adds the keys "
+              "(zmq CURVE, nng TLS).")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import select
+import socket
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -183,3 +185,67 @@ class QueueReceiver:
 def queue_peer_process(down: Any, up: Any) -> None:
     """Spawned-process body of the ``multiprocessing.Queue`` baseline's peer."""
     peer_loop(QueueReceiver(down), QueueSender(up))
+
+
+class StreamSender:
+    """Length-prefixed frames on a connected stream socket (the raw-socket baseline; sync)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def send(self, data: bytes) -> None:
+        head = len(data).to_bytes(4, "little")
+        if len(data) < 65536:  # one syscall; a large frame is not worth copying for that
+            self._sock.sendall(head + data)
+        else:
+            self._sock.sendall(head)
+            self._sock.sendall(data)
+
+    async def asend(self, data: bytes) -> None:
+        raise NotImplementedError("the raw-socket baseline has no async side")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class StreamReceiver:
+    """The receiving side of ``StreamSender``: each frame read straight into its own buffer."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def _exact(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self._sock.recv_into(view[got:])
+            if k == 0:
+                raise EOFError("the peer closed the socket")
+            got += k
+        return buf
+
+    def recv(self, timeout: float | None = None) -> bytes:
+        if not select.select([self._sock], [], [], timeout)[0]:
+            raise TimeoutError("no message")
+        return bytes(self._exact(int.from_bytes(self._exact(4), "little")))
+
+    def recv_nowait(self) -> bytes | None:
+        try:
+            return self.recv(0)
+        except TimeoutError:
+            return None
+
+    async def arecv(self) -> bytes:
+        raise NotImplementedError("the raw-socket baseline has no async side")
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def socket_peer_process(family: int, address: Any) -> None:
+    """Spawned-process body of the raw-socket baseline's peer: one connection, both ways."""
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.connect(address)
+        if family == socket.AF_INET:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as zmq and nng do
+        peer_loop(StreamReceiver(sock), StreamSender(sock))

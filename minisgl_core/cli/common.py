@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from minisgl_core.config.launch import ConfigError, LaunchConfig
+from minisgl_core.config.sources import load_config
 from minisgl_core.plugin.listing import PluginRow, describe
 from minisgl_core.plugin.loading import MinisglPluginManager, build_manager, collect
 from minisgl_core.plugin.registry import Registries
@@ -43,6 +45,14 @@ def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     """Print ``minisgl: error: message`` on stderr and return the Exit to raise."""
     typer.echo(f"minisgl: error: {message}", err=True)
     return typer.Exit(code)
+
+
+def load(config: Path | None, flags: dict[str, Any], overrides: list[str] | None) -> LaunchConfig:
+    """The merged launch config; a bad setting exits 2 with its message."""
+    try:
+        return load_config(config, flags=flags, overrides=overrides or ())
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
 
 
 def lazy_entry(target: str, what: str) -> Callable[..., Any]:

@@ -1,4 +1,5 @@
-"""Launch configuration: a frozen dataclass; defaults < TOML < env < flags < -s key=value.
+"""Launch configuration: a frozen dataclass, its keys, and how layers of settings merge into it
+(where the layers come from, TOML < env < flags < -s key=value, is ``config.sources``).
 
 The file form (TOML, ``minisgl config show``) and the ``-s`` keys are the same: top-level keys are
 the core settings; ``frontend`` lists the frontends to run; ``[transports.<name>]``,
@@ -9,15 +10,14 @@ the core settings; ``frontend`` lists the frontends to run; ``[transports.<name>
 from __future__ import annotations
 
 import copy
-import os
-import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
+from minisgl_core import deprecated
 from minisgl_core.config import roles as config_roles
-from minisgl_core.plugin.registry import suggest
+from minisgl_core.did_you_mean import suggest
+from minisgl_core.interfaces import ROLE_KINDS
 
 DTYPES = ("float32", "float16", "bfloat16")
 CACHES = ("radix", "naive")
@@ -25,7 +25,6 @@ QUANTIZATIONS = ("int8",)
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # file/-s key of each free-form table -> the LaunchConfig field holding it
 TABLES = {"transports": "transports", "frontends": "frontends_options", "plugins": "plugins"}
-ENV_PREFIX = "MINISGL_"
 
 
 class ConfigError(ValueError):
@@ -190,7 +189,7 @@ class LaunchConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> LaunchConfig:
         """Build a config from the file form, rejecting unknown keys."""
-        merged = _Merged()
+        merged = Merged()
         merged.apply_mapping(data, source)
         return merged.build()
 
@@ -247,17 +246,10 @@ def _coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
     raise ConfigError(f"{shown} must be {want}, got {value!r} ({source})")
 
 
-def _unknown(key: str, source: str) -> ConfigError:
+def unknown_key(key: str, source: str) -> ConfigError:
+    """The error for a key no layer may set, with the closest known key."""
     return ConfigError(f'unknown config key "{key}" ({source});{suggest(key, KNOWN_KEYS)} '
                        f"known keys: {', '.join(KNOWN_KEYS)}")
-
-
-def _parse_value(text: str) -> Any:
-    """A -s value for a free-form table: TOML syntax when it parses (1, true, [..]), else text."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
 
 
 def _deep_merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
@@ -268,7 +260,7 @@ def _deep_merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
             into[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
 
 
-class _Merged:
+class Merged:
     """The layers applied so far: core fields and tables, later layers winning."""
 
     def __init__(self) -> None:
@@ -277,15 +269,17 @@ class _Merged:
         self.roles: config_roles.RoleTables = {}
 
     def set_roles(self, value: Any, source: str) -> None:
+        """Lay a ``roles`` value (any source's form) over the roles so far."""
         try:
             config_roles.merge(self.roles, config_roles.normalize(value, source))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
     def set(self, key: str, value: Any, source: str, text: bool = True) -> None:
+        """Set one top-level key; ``text``: the value is a string to parse (env, flags, -s)."""
         if key == "roles":
             self.set_roles(value, source)
-        elif text and key in config_roles.DEFAULT_ROLES:  # --scheduler NAME, MINISGL_SCHEDULER
+        elif text and key in ROLE_KINDS:  # --scheduler NAME, MINISGL_SCHEDULER
             self.set_roles({key: value}, source)
         elif key == "frontend" or (key == "frontends" and not isinstance(value, Mapping)):
             self.values["frontends"] = _coerce("frontends", value, source, text)
@@ -298,79 +292,18 @@ class _Merged:
         elif key in SCALARS:
             self.values[key] = _coerce(key, value, source, text)
         else:
-            raise _unknown(key, source)
+            raise unknown_key(key, source)
 
     def apply_mapping(self, data: Mapping[str, Any], source: str) -> None:
+        """Lay a file-form table over the layers so far (values keep their TOML types)."""
         for key, value in data.items():
             self.set(key, value, source, text=False)
 
-    def apply_override(self, item: str) -> None:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        source = f"-s {item}"
-        if not sep or not key:
-            raise ConfigError(f'-s takes KEY=VALUE, got "{item}"')
-        head, _, rest = key.partition(".")
-        if rest and head == "roles":
-            try:
-                self.set_roles(config_roles.from_override(rest, _parse_value(text), source), source)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-        elif rest and head in TABLES:
-            parts = rest.split(".")
-            if len(parts) < 2 or not all(parts):
-                raise ConfigError(f'-s {head}.<name>.<key>=VALUE expected, got "{item}"')
-            nested: dict[str, Any] = {parts[-1]: _parse_value(text)}
-            for part in reversed(parts[:-1]):
-                nested = {part: nested}
-            self.set(head, nested, source)
-        elif rest:
-            raise ConfigError(f'"{head}" is not a table, so "{key}" is not a key ({source})'
-                              if head in KNOWN_KEYS else str(_unknown(head, source)))
-        else:
-            self.set(key, text, source)
-
     def build(self) -> LaunchConfig:
+        """The config of every layer applied (checked by LaunchConfig itself)."""
         return LaunchConfig(**self.values, **self.tables, roles=self.roles)
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+__all__ = ["ConfigError", "LaunchConfig", "Merged"]
 
-
-def load_config(
-    path: str | Path | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    flags: Mapping[str, Any] | None = None,
-    overrides: Sequence[str] = (),
-) -> LaunchConfig:
-    """Merge defaults < ``path`` (TOML) < ``env`` (``MINISGL_<KEY>``, default os.environ) <
-    ``flags`` (field name -> value; None = not given) < ``overrides`` ("dotted.key=value")."""
-    merged = _Merged()
-    if path is not None:
-        merged.apply_mapping(read_toml(path), f"config file {path}")
-    environ = os.environ if env is None else env
-    for key in KNOWN_KEYS:
-        var = ENV_PREFIX + key.upper()
-        if key not in TABLES and key != "roles" and var in environ:
-            merged.set(key, environ[var], f"environment {var}")
-    for kind in config_roles.DEFAULT_ROLES:  # MINISGL_TOKENIZER, ..._DETOKENIZER, ..._SCHEDULER
-        var = ENV_PREFIX + kind.upper()
-        if var in environ:
-            merged.set(kind, environ[var], f"environment {var}")
-    for name, value in (flags or {}).items():
-        if value is not None:
-            merged.set(name, value, f"flag --{name.replace('_', '-')}")
-    for item in overrides:
-        merged.apply_override(item)
-    return merged.build()
-
-
-__all__ = ["ConfigError", "LaunchConfig", "load_config", "read_toml"]
+__getattr__ = deprecated.forwarder(__name__)  # load_config and read_toml moved to config.sources

@@ -10,7 +10,7 @@ In a file, a kind is either a name (``[roles] scheduler = "synthetic"``) or a ta
     [roles.scheduler.synthetic]        # handed to the synthetic scheduler only
     tokens_per_s = 50
 
-Kept here, beside ``config.py``, so the config module stays about the core keys.
+Kept here, beside ``launch.py``, so the config module stays about the core keys.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from minisgl_core.plugin.hookspecs import ROLE_KINDS
-from minisgl_core.plugin.registry import suggest
+from minisgl_core.did_you_mean import suggest
+from minisgl_core.interfaces import ROLE_KINDS, RoleKind
 
-DEFAULT_ROLES: dict[str, str] = {"tokenizer": "hf", "detokenizer": "hf",
-                                 "scheduler": "continuous"}
+# the implementation each kind runs when the config names none (keys: every RoleKind)
+DEFAULT_ROLES: dict[RoleKind, str] = {"tokenizer": "hf", "detokenizer": "hf",
+                                     "scheduler": "continuous"}
 
 RoleTables = dict[str, dict[str, Any]]
 """kind -> {"name": selected name, <implementation name>: its options table, ...}."""

@@ -1,12 +1,11 @@
-"""The core's own plugins, registered like any other plugin (before the entry points)."""
+"""The core's own plugins, registered like any other plugin (before the entry points).
+
+The plugin system loads them by module name (``plugin.loading.DEFAULT_PLUGINS``), as it loads
+entry points, so that it imports nothing of what they implement.
+"""
 
 from __future__ import annotations
 
-# Module names, imported in this order by ``plugins.build_manager``; each shows up in
-# ``minisgl plugins --all`` as "core.<last part>". Add a module here to make it a core plugin.
-DEFAULT_PLUGINS: tuple[str, ...] = (
-    "minisgl_core.default_plugins.inproc",
-    "minisgl_core.default_plugins.models",
-    "minisgl_core.default_plugins.resolve",
-    "minisgl_core.default_plugins.roles",
-)
+from minisgl_core import deprecated
+
+__getattr__ = deprecated.forwarder(__name__)  # DEFAULT_PLUGINS moved to plugin.loading

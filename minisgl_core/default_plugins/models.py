@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from minisgl_core import hookimpl
+from minisgl_core.plugin.hookspecs import Register, hookimpl
 
 # Lazy "module:attr" strings: registering imports nothing (torch stays off the --help path).
 # This is the only table of the built-in architectures.
@@ -17,7 +15,7 @@ ARCHITECTURES: dict[str, str] = {
 
 
 @hookimpl
-def minisgl_register_models(register: Callable[[str, str], None]) -> None:
+def minisgl_register_models(register: Register) -> None:
     """Register each built-in architecture under its Hugging Face ``architectures[0]`` name."""
     for name, target in ARCHITECTURES.items():
         register(name, target)

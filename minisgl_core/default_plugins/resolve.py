@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minisgl_core import hookimpl
+from minisgl_core.plugin.hookspecs import hookimpl
 from minisgl_core.store.default_model import DEFAULT_SPECS
 from minisgl_core.store.errors import ModelNotFoundError
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from minisgl_core import hookimpl
+from minisgl_core.plugin.hookspecs import RoleRegister, hookimpl
 
 
 @hookimpl
-def minisgl_register_roles(register: Any) -> None:
+def minisgl_register_roles(register: RoleRegister) -> None:
     """Register the HF text roles, the continuous-batching scheduler and the synthetic one."""
     register("tokenizer", "hf", "minisgl_core.service.roles:make_tokenizer")
     register("detokenizer", "hf", "minisgl_core.service.roles:make_detokenizer")

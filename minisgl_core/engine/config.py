@@ -1,4 +1,5 @@
-"""Engine options (EngineConfig) and the model facts read from an HF config.json (ModelConfig)."""
+"""Engine options (EngineConfig) and the model facts read from an HF model directory (ModelConfig,
+the EOS ids)."""
 
 from __future__ import annotations
 
@@ -118,3 +119,18 @@ class ModelConfig:
             eos_token_ids=_as_id_set(raw.get("eos_token_id")),
             raw=raw,
         )
+
+
+def eos_token_ids(path: Path, tokenizer: Any, cfg: ModelConfig) -> frozenset[int]:
+    """The full EOS set: tokenizer, generation_config.json and config.json (lists included)."""
+    ids = set(cfg.eos_token_ids)
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = path / "generation_config.json"
+    if gen.is_file():
+        value = json.loads(gen.read_text()).get("eos_token_id")
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)

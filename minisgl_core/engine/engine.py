@@ -7,8 +7,8 @@ aborted or finished and its pages go back exactly once.
 
 from __future__ import annotations
 
-import json
 import logging
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,8 +17,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from minisgl_core.engine import prompt_logprobs
+from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.engine.attention import Workspace, build_metadata
-from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES, EngineConfig, ModelConfig
+from minisgl_core.engine.batching import Batcher
+from minisgl_core.engine.config import (
+    DEFAULT_KV_CACHE_BYTES,
+    EngineConfig,
+    ModelConfig,
+    eos_token_ids,
+)
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.request import (
@@ -26,10 +33,9 @@ from minisgl_core.engine.request import (
     RequestRejected,
     State,
     StepOutput,
-    StopReason,
 )
 from minisgl_core.engine.sampler import Sampler, token_logprobs
-from minisgl_core.engine.scheduler import Scheduler
+from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
 from minisgl_core.store.naming import model_name_of
@@ -60,21 +66,6 @@ class EngineStats:
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""
         return asdict(self)
-
-
-def _eos_ids(path: Path, tokenizer: Any, cfg: ModelConfig) -> frozenset[int]:
-    """The full EOS set: tokenizer, generation_config.json and config.json (lists included)."""
-    ids = set(cfg.eos_token_ids)
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen = path / "generation_config.json"
-    if gen.is_file():
-        value = json.loads(gen.read_text()).get("eos_token_id")
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(int(v) for v in value)
-    return frozenset(ids)
 
 
 def default_num_pages(config: EngineConfig, cfg: ModelConfig, num_kv_heads: int,
@@ -124,18 +115,19 @@ class Engine:
         self.load_report = load_weights(self.model, path, self.dtype)
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
-        self.eos_token_ids = _eos_ids(path, self.tokenizer, cfg)
+        self.eos_token_ids = eos_token_ids(path, self.tokenizer, cfg)
         self.page_size = config.page_size
         kv_heads = int(getattr(self.model, "num_kv_heads", cfg.num_kv_heads))  # this rank's
         self.num_pages = config.num_pages or default_num_pages(config, cfg, kv_heads,
                                                                self.max_seq_len)
+        self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.num_pages)
         self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, kv_heads,
                          cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix")
         self.allocator = PageAllocator(self.num_pages)
         self.workspace = Workspace(kv_heads, cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
-        self.scheduler = Scheduler(self.allocator, self.page_size, config.max_running_requests,
-                                   config.max_prefill_tokens, config.cache)
+        self.batcher = Batcher(self.allocator, self.page_size, config.max_running_requests,
+                               config.max_prefill_tokens, config.cache)
         self.requests: dict[str, Request] = {}
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
             self.tokenizer, self.vocab_size, self.eos_token_ids))
@@ -144,6 +136,13 @@ class Engine:
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
 
+    @property
+    def scheduler(self) -> Batcher:
+        """Deprecated name of ``batcher`` (the batching policy; the scheduler is the role)."""
+        warnings.warn("Engine.scheduler is deprecated and goes away in minisgl 0.3: use "
+                      "Engine.batcher", DeprecationWarning, stacklevel=2)
+        return self.batcher
+
     # ---- requests --------------------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt_ids: Sequence[int],
@@ -151,57 +150,24 @@ class Engine:
         """Queue a request; RequestRejected when it can never run (nothing is kept then)."""
         if request_id in self.requests:
             raise RequestRejected("duplicate_request_id", f"request id {request_id!r} is in use")
-        prompt = [int(t) for t in prompt_ids]
-        n = len(prompt)
-        if n == 0:
-            raise RequestRejected("empty_prompt", "the prompt has no tokens")
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise RequestRejected("invalid_token_ids", f"token id {bad[0]} is outside the "
-                                  f"vocabulary (0..{self.vocab_size - 1})")
-        bad = [t for t, _ in sampling.logit_bias if t >= self.vocab_size]
-        if bad:
-            raise RequestRejected("invalid_token_ids", f"logit_bias token id {bad[0]} is outside "
-                                  f"the vocabulary (0..{self.vocab_size - 1})")
-        limit = self.max_seq_len
-        if sampling.max_tokens is None:
-            if n >= limit:
-                raise RequestRejected("context_length_exceeded", f"the prompt has {n} tokens "
-                                      f"but the context length is {limit} tokens")
-            max_tokens = limit - n
-        else:
-            max_tokens = sampling.max_tokens
-            if n + max_tokens > limit:
-                raise RequestRejected(
-                    "context_length_exceeded",
-                    f"this request needs {n + max_tokens} tokens ({n} in the prompt + "
-                    f"{max_tokens} to generate) but the context length is {limit} tokens")
-        # the last generated token is never fed back, so it needs no KV
-        pages = -(-(n + max_tokens - 1) // self.page_size)
-        if pages > self.num_pages:
-            raise RequestRejected(
-                "kv_cache_exceeded",
-                f"this request needs {pages} KV pages ({n} prompt + {max_tokens} new tokens, "
-                f"{self.page_size} per page) but the pool has {self.num_pages}")
+        prompt, max_tokens = admit(prompt_ids, sampling, self.limits)
         req = Request(request_id, prompt, sampling, max_tokens)
-        if sampling.stop:
-            # a stop string of c characters spans at most 4c one-byte tokens, plus one partial
-            req.stop_window = 4 * max(len(s) for s in sampling.stop) + 2
+        req.stop_window = stop_window(sampling.stop)
         if sampling.prompt_logprobs is not None:
             req.prompt_lp = prompt_logprobs.PromptLogprobState(sampling.prompt_logprobs)
         self.sampler.prepare(req)
-        # a constrained request waits outside the scheduler until its grammar compiled (admit
+        # a constrained request waits outside the batcher until its grammar compiled (admit
         # raises RequestRejected for a grammar known to fail: nothing is kept then)
         parked = sampling.structured is not None and not self.grammar.admit(req)
         self.requests[request_id] = req
         if not parked:
-            self.scheduler.add(req)
+            self.batcher.add(req)
 
     def _unpark(self) -> list[StepOutput]:
         """Queue the requests whose grammar compiled; refuse those whose grammar failed."""
         attached, failed = self.grammar.ready()
         for req in attached:
-            self.scheduler.add(req)
+            self.batcher.add(req)
         for req, _ in failed:
             self.requests.pop(req.request_id, None)
         return [StepOutput(r.request_id, (), "error", len(r.prompt_ids), 0, error=exc)
@@ -213,12 +179,12 @@ class Engine:
         if req is None:
             return False
         if not self.grammar.drop(request_id):
-            self.scheduler.remove(req)
+            self.batcher.remove(req)
         return True
 
     def has_work(self) -> bool:
         """True while any request is waiting or running."""
-        return bool(self.scheduler.waiting or self.scheduler.running or self.grammar.parked)
+        return bool(self.batcher.waiting or self.batcher.running or self.grammar.parked)
 
     def run_until_idle(self) -> Iterator[StepOutput]:
         """Step until no request is left, yielding every StepOutput as it comes."""
@@ -232,7 +198,7 @@ class Engine:
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""
-        s, c = self.scheduler, self.scheduler.cache
+        s, c = self.batcher, self.batcher.cache
         waiting = len(s.waiting) + len(self.grammar.parked)  # compiling grammars wait too
         return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
@@ -245,7 +211,7 @@ class Engine:
     def step(self) -> list[StepOutput]:
         """Run one batch (decode every running request, prefill within the budget)."""
         refused = self._unpark() if self.grammar.parked else []
-        batch = self.scheduler.schedule()
+        batch = self.batcher.schedule()
         if batch is None:
             if self.grammar.parked and not refused:  # only compiling grammars: do not spin
                 self.grammar.wait(GRAMMAR_WAIT_S)
@@ -321,42 +287,21 @@ class Engine:
         self.sampler.observe(req, token)
         if req.grammar is not None and not req.grammar.accept(token):
             log.warning("request %s: its grammar refused token %d", req.request_id, token)
-        reason = self._finish_reason(req, token)
+        reason = finish_reason(req, token, self.eos_token_ids, self.tokenizer)
         if reason is not None:
             req.finish_reason = reason
             self.requests.pop(req.request_id, None)
-            self.scheduler.remove(req)
+            self.batcher.remove(req)
         return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
                           len(req.output_ids), req.cached_tokens,
                           () if logprob is None else (logprob,),
                           prompt_logprobs.take(req.prompt_lp, req.prompt_ids))
 
-    def _finish_reason(self, req: Request, token: int) -> StopReason | None:
-        s = req.sampling
-        if req.grammar is not None and req.grammar.finished:
-            return "stop"  # the grammar accepted EOS: the output is complete
-        if (not s.ignore_eos and token in self.eos_token_ids) or token in s.stop_token_ids:
-            return "stop"
-        if req.stop_window:
-            tail = self.tokenizer.decode(req.output_ids[-req.stop_window:],
-                                         skip_special_tokens=s.skip_special_tokens)
-            if any(stop in tail for stop in s.stop):
-                return "stop"
-        if len(req.output_ids) >= req.max_tokens:
-            return "length"
-        return None
-
     def check_idle_invariant(self) -> None:
         """Raise AssertionError unless, with no work left, free + cached pages == total."""
         if self.has_work():
             raise AssertionError("engine is not idle")
-        cache = self.scheduler.cache
-        cached = cache.num_pages if cache else 0
-        if self.allocator.num_free + cached != self.num_pages:
-            raise AssertionError(f"{self.num_pages - self.allocator.num_free - cached} pages "
-                                 "leaked")
-        if cache and (cache.num_evictable != cached or len(cache.pages()) != cached):
-            raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
+        self.batcher.check_pages_returned(self.num_pages)
         if self.grammar.parked or any(r.state is not State.FINISHED
                                       for r in self.requests.values()):
             raise AssertionError("requests left in the engine")

@@ -7,12 +7,12 @@ import contextlib
 import json
 import logging
 import time
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from minisgl_core import deprecated
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.paths import cache_dir
 
@@ -21,23 +21,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# names that lived here before the model store had a package of its own
-_MOVED = {"DEFAULT_PACKAGE": "minisgl_core.store.default_model",
-          "DEFAULT_MODULE": "minisgl_core.store.default_model",
-          "find_default_gguf": "minisgl_core.store.default_model",
-          "ensure_default_model": "minisgl_core.store.default_model",
-          "DEFAULT_NAME": "minisgl_core.store.naming", "MARKER": "minisgl_core.store.naming",
-          "model_name_of": "minisgl_core.store.naming"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    warnings.warn(f"minisgl_core.engine.weights.{name} moved to {_MOVED[name]}.{name}",
-                  DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(_MOVED[name]), name)
+# the names that lived here before the model store had a package of its own
+__getattr__ = deprecated.forwarder(__name__)
 
 
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",

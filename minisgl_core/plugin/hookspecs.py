@@ -1,6 +1,7 @@
 """Every hook a minisgl plugin can implement; nothing else in minisgl declares hooks.
 
-A plugin is a module (or object) with functions decorated by ``minisgl_core.hookimpl`` whose names
+A plugin is a module (or object) with functions decorated by ``hookimpl`` (defined here, imported
+as ``minisgl_core.hookimpl`` or ``minisgl_core.api.hookimpl``) whose names
 match the specs below. Plugins are found through the ``minisgl`` entry-point group, loaded in every
 process of a service (so their import must be light, idempotent and free of side effects), and
 never called on a per-token path: hooks run while a process assembles itself.
@@ -13,9 +14,12 @@ Registration hooks receive a ``register`` callback. Pass it a *factory* or, bett
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
+
+from minisgl_core.interfaces import ROLE_KINDS as ROLE_KINDS  # re-exported: the hooks speak of it
+from minisgl_core.interfaces import RoleKind
 
 if TYPE_CHECKING:
     import typer
@@ -23,6 +27,7 @@ if TYPE_CHECKING:
     from minisgl_core.config.launch import LaunchConfig
 
 hookspec = pluggy.HookspecMarker("minisgl")
+hookimpl = pluggy.HookimplMarker("minisgl")
 
 T = TypeVar("T")
 
@@ -32,8 +37,6 @@ Target = Any
 Register = Callable[[str, Target], None]
 """``register(name, factory_or_"module:attr")``; a name may be registered by one plugin only."""
 
-RoleKind = Literal["tokenizer", "detokenizer", "scheduler"]
-ROLE_KINDS: tuple[RoleKind, ...] = ("tokenizer", "detokenizer", "scheduler")
 
 RoleRegister = Callable[[RoleKind, str, Target], None]
 """``register(kind, name, factory_or_"module:attr")`` with ``kind`` one of ``ROLE_KINDS``."""

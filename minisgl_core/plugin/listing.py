@@ -6,9 +6,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from minisgl_core import __version__
 from minisgl_core.plugin.loading import CORE_DIST, MinisglPluginManager
 from minisgl_core.plugin.registry import Registries
+from minisgl_core.version import __version__
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,26 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from minisgl_core import __version__
-from minisgl_core.default_plugins import DEFAULT_PLUGINS
 from minisgl_core.plugin import hookspecs
 from minisgl_core.plugin.manager import Broken, MinisglPluginManager, Origin, PluginLoadError
 from minisgl_core.plugin.registry import Registries, Registry
+from minisgl_core.version import __version__
 
 if TYPE_CHECKING:
     from minisgl_core.config.launch import LaunchConfig
 
 ENTRY_POINT_GROUP = "minisgl"
 CORE_DIST = "minisgl-core"
+
+# The core's own plugins (minisgl_core/default_plugins/), by module name like entry points, and
+# imported in this order before them; each shows up in ``minisgl plugins --all`` as
+# "core.<last part>". Add a module here to make it a core plugin.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "minisgl_core.default_plugins.inproc",
+    "minisgl_core.default_plugins.models",
+    "minisgl_core.default_plugins.resolve",
+    "minisgl_core.default_plugins.roles",
+)
 
 
 def strict_from_env() -> bool:
@@ -276,6 +285,6 @@ def collect(pm: pluggy.PluginManager) -> Registries:
     return regs
 
 
-__all__ = ["CORE_DIST", "ENTRY_POINT_GROUP", "Broken", "Call", "MinisglPluginManager", "Origin",
-           "PluginLoadError", "build_manager", "call_each", "collect", "configure",
-           "loaded_module_names", "register_plugin", "unconfigure"]
+__all__ = ["CORE_DIST", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP", "Broken", "Call",
+           "MinisglPluginManager", "Origin", "PluginLoadError", "build_manager", "call_each",
+           "collect", "configure", "loaded_module_names", "register_plugin", "unconfigure"]

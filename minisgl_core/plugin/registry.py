@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from minisgl_core.did_you_mean import suggest as suggest  # re-exported: transports use it
 
 T = TypeVar("T")
 
@@ -29,15 +30,6 @@ class TargetLoadError(RegistryError):
 
 class InvalidTarget(RegistryError):
     """A plugin tried to register something that is neither callable nor ``"module:attr"``."""
-
-
-def suggest(name: str, names: list[str]) -> str:
-    """Return ``' did you mean "x"?'`` for the closest of ``names``, or an empty string."""
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    if not close:
-        lowered = {n.lower(): n for n in names}
-        close = [lowered[name.lower()]] if name.lower() in lowered else []
-    return f' did you mean "{close[0]}"?' if close else ""
 
 
 def unknown_message(kind: str, name: str, names: list[str]) -> str:

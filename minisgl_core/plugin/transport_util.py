@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from minisgl_core.interfaces import MessageTooLarge
 from minisgl_core.plugin.registry import suggest
 
 MIB = 1 << 20
+_Options = TypeVar("_Options", bound="TransportOptions")
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class TransportOptions:
 
     ``hwm`` is a hint, in messages, for how much a channel buffers before ``send`` blocks (a
     pipeline) or drops (a publisher); the exact depth depends on the library and kernel buffers.
+    Subclasses add keys (``NetworkOptions``: tcp endpoints) by adding fields and checking their
+    values in ``_check_value`` and ``_check_table``.
     """
 
     max_message_bytes: int = 64 * MIB  # enforced by the sender: larger messages never hit the wire
@@ -26,8 +29,8 @@ class TransportOptions:
     reconnect_ms: int = 50  # how soon a connecting end retries an absent peer
 
     @classmethod
-    def from_mapping(cls, transport: str, options: Mapping[str, Any] | None,
-                     **defaults: int) -> TransportOptions:
+    def from_mapping(cls: type[_Options], transport: str, options: Mapping[str, Any] | None,
+                     **defaults: Any) -> _Options:
         """Build from a config table; ValueError naming the transport for unknown or bad keys."""
         table = dict(options or {})
         known = [f.name for f in dataclasses.fields(cls)]
@@ -36,11 +39,21 @@ class TransportOptions:
                 raise ValueError(f"unknown option {key!r} for transport {transport!r};"
                                  f"{suggest(key, known)} known: {', '.join(known)}")
         values = {**defaults, **table}
-        for key, value in values.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"option {key!r} of transport {transport!r} must be a positive "
-                                 f"integer, got {value!r}")
-        return cls(**values)
+        built = cls(**{key: cls._check_value(transport, key, value)
+                       for key, value in values.items()})
+        built._check_table(transport)
+        return built
+
+    @classmethod
+    def _check_value(cls, transport: str, key: str, value: Any) -> Any:
+        """The value to store for ``key``; ValueError when it is not acceptable."""
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"option {key!r} of transport {transport!r} must be a positive "
+                             f"integer, got {value!r}")
+        return value
+
+    def _check_table(self, transport: str) -> None:
+        """Checks that involve several keys (none here)."""
 
 
 def check_size(data: bytes, limit: int) -> None:

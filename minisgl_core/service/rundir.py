@@ -1,4 +1,5 @@
-"""Private per-run directories (mode 0700) and the ipc endpoints that live in them."""
+"""Private per-run directories (mode 0700), the ipc endpoints that live in them, and tcp
+endpoints whose ports the processes of a run agree on through them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,3 +114,55 @@ def claim_ipc_path(endpoint: str) -> None:
     path = ipc_path(endpoint)
     if path is not None and ipc_path_is_live(path):
         raise AddressInUse(errno.EADDRINUSE, f"{endpoint} is already bound by a live socket")
+
+
+# ---- tcp endpoints ------------------------------------------------------------------------------
+
+_handed_out: set[tuple[str, int]] = set()  # (host, port) this process already gave a channel
+_handed_out_lock = threading.Lock()
+
+
+def pick_port(host: str, first: int = 0, last: int = 0) -> int:
+    """A port of ``host`` that nothing listens on now and this process has not handed out:
+    any free one when ``first`` is 0, else the lowest free one in ``first``..``last``.
+
+    Another process may still take it before the caller binds: that bind then fails with
+    AddressInUse, which names the endpoint.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    candidates = [0] * 64 if first == 0 else list(range(first, last + 1))
+    for wanted in candidates:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # as zmq and nng listeners do, so a port in TIME_WAIT counts as free
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, wanted))
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise ValueError(f"cannot bind {host}: no interface has that address") from None
+                continue
+            port = int(probe.getsockname()[1])
+        with _handed_out_lock:
+            if (host, port) not in _handed_out:
+                _handed_out.add((host, port))
+                return port
+    where = "" if first == 0 else f" in {first}-{last}"
+    raise AddressInUse(errno.EADDRINUSE, f"no free tcp port{where} on {host}")
+
+
+def tcp_endpoint(run_dir: str | os.PathLike[str], channel: str, *, host: str,
+                 first_port: int = 0, last_port: int = 0, scheme: str = "tcp") -> str:
+    """``scheme://host:port`` for ``channel``: the port is chosen once (``pick_port``) and kept
+    in ``<run_dir>/<channel>.port``, so every process of the run that asks gets the same one."""
+    final = Path(run_dir) / f"{check_channel(channel)}.port"
+    if not final.exists():
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(str(pick_port(host, first_port, last_port)))
+        try:
+            os.link(tmp, final)  # atomic: exactly one process creates the file
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    port = int(final.read_text())
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"

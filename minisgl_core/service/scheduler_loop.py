@@ -1,4 +1,5 @@
-"""The scheduler process loop: receive requests, step the engine, emit one delta batch per step."""
+"""The scheduler role's process loop: receive requests, step the role (the Engine, or a plugin's
+``interfaces.Scheduler``), emit one delta batch per step."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ STATS_INTERVAL_S = 0.1
 
 
 class SchedulerLoop:
-    """Owns the engine: every request ends with exactly one terminal TokenDelta made here."""
+    """Drives one scheduler role: every request ends with exactly one terminal TokenDelta made
+    here."""
 
-    def __init__(self, engine: Scheduler, inbox: Receiver, outbox: Sender,
+    def __init__(self, scheduler: Scheduler, inbox: Receiver, outbox: Sender,
                  report: Callable[[Message], None]) -> None:
-        self.engine = engine
+        self.scheduler = scheduler
         self.inbox = inbox
         self.outbox = outbox
         self.report = report
@@ -54,7 +56,7 @@ class SchedulerLoop:
     def run(self) -> None:
         """Loop until a Shutdown message arrives or the inbox is closed."""
         while True:
-            busy = self.engine.has_work()
+            busy = self.scheduler.has_work()
             try:
                 messages = self._receive(block=not busy)
             except ChannelClosed:
@@ -63,13 +65,13 @@ class SchedulerLoop:
                 if self._handle(data):
                     self._flush()
                     return
-            if self.engine.has_work():
-                outputs = self.engine.step()
+            if self.scheduler.has_work():
+                outputs = self.scheduler.step()
                 self._collect(outputs)
                 self.steps_total += 1
                 self.batch_peak = max(self.batch_peak, len(outputs))
             self._flush()
-            self._maybe_report_stats(force=not self.engine.has_work())
+            self._maybe_report_stats(force=not self.scheduler.has_work())
 
     def _receive(self, *, block: bool) -> list[bytes]:
         first: bytes | None
@@ -117,7 +119,7 @@ class SchedulerLoop:
             self._terminal(rid, "error", req.detokenize, error=req.error)
             return
         try:
-            self.engine.add_request(rid, req.prompt_ids, req.sampling)
+            self.scheduler.add_request(rid, req.prompt_ids, req.sampling)
         except Exception as exc:  # RequestRejected, or anything the engine refuses
             code = getattr(exc, "code", None)
             message = getattr(exc, "message", None) or str(exc)
@@ -131,7 +133,7 @@ class SchedulerLoop:
 
     def _abort(self, rid: str) -> None:
         if rid in self.live:
-            self.engine.abort(rid)
+            self.scheduler.abort(rid)
             self.live.discard(rid)
             self._terminal(rid, "abort", self.first_delta_info.pop(rid, None))
         elif rid not in self.tombstones:
@@ -185,7 +187,7 @@ class SchedulerLoop:
 
     def stats(self) -> Stats:
         """The scheduler's gauges and counters, as sent to the launcher for /metrics."""
-        s = self.engine.stats()
+        s = self.scheduler.stats()
         # kv_pages_free counts pages held only by the prefix cache (evicted on demand), so it is
         # what can be allocated now and equals kv_pages_total when idle
         gauges = {

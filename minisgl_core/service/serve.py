@@ -19,7 +19,7 @@ from minisgl_core.wire.schema import Fatal, Stats
 if TYPE_CHECKING:
     from minisgl_core.plugin.manager import MinisglPluginManager
     from minisgl_core.plugin.registry import Registries
-    from minisgl_core.service.launcher import Service
+    from minisgl_core.service.running import Service
 
 log = logging.getLogger("minisgl")
 

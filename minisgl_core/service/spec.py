@@ -3,15 +3,17 @@ a role factory gets in that worker."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from minisgl_core import deprecated
+from minisgl_core.interfaces import RoleKind
 
 if TYPE_CHECKING:
     from minisgl_core.config.launch import LaunchConfig
     from minisgl_core.plugin.registry import Registry
-
-RoleName = Literal["tokenizer", "detokenizer", "scheduler"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Endpoints:
 class WorkerSpec:
     """One worker's assignment: its role, the run's endpoints and the resolved model."""
 
-    role: RoleName
+    role: RoleKind
     config: LaunchConfig
     endpoints: Endpoints
     model_dir: str
@@ -57,3 +59,18 @@ class RoleContext:
     spec: WorkerSpec
     options: Mapping[str, Any]
     models: Registry[Any]
+
+    def __getattr__(self, name: str) -> Any:
+        # A factory written for the old signature, factory(spec: WorkerSpec), reads the spec's
+        # fields off what it is given: hand them over, with a warning, until REMOVED_IN.
+        if name not in _SPEC_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warnings.warn(f"a role factory is called with a RoleContext (factory(spec: WorkerSpec) "
+                      f"goes away in minisgl {deprecated.REMOVED_IN}): use context.spec.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(self.spec, name)
+
+
+_SPEC_FIELDS = frozenset({f.name for f in fields(WorkerSpec)} | {"name"})
+
+__getattr__ = deprecated.forwarder(__name__)  # RoleName is interfaces.RoleKind now

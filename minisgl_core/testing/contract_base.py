@@ -23,12 +23,27 @@ class ContractBase:
     small_limit_options: ClassVar[Mapping[str, Any]] = {"max_message_bytes": 4096}
     # How many 1 KiB messages a pipeline may buffer to a reader that stopped before send blocks.
     max_buffered_messages: ClassVar[int] = 100_000
+    # Write keys with the transport's own ``write_keys`` and set its ``keys`` option (tcp + auth).
+    with_keys: ClassVar[bool] = False
+    key_root: ClassVar[str] = ""  # where they were written (set by the fixture below)
 
     # ---- fixtures ---------------------------------------------------------------------------
 
+    def table(self, **options: Any) -> dict[str, Any]:
+        """The options table the tests use: ``self.options``, the keys, then ``options``."""
+        keys = {"keys": self.key_root} if self.with_keys else {}
+        return {**self.options, **keys, **options}
+
     def make(self, **options: Any) -> Transport:
-        """A new transport instance of this class's kind, with ``options`` over ``self.options``."""
-        return h.make_transport(self.transport, self.plugins, {**self.options, **options})
+        """A new transport instance of this class's kind, with ``options`` over ``table()``."""
+        return h.make_transport(self.transport, self.plugins, self.table(**options))
+
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _contract_keys(cls, tmp_path_factory: pytest.TempPathFactory) -> None:
+        if cls.with_keys and not cls.key_root:
+            cls.key_root = str(h.write_transport_keys(cls.transport, cls.plugins,
+                                                      tmp_path_factory.mktemp("keys")))
 
     @pytest.fixture
     def run_dir(self) -> Iterator[Path]:

@@ -74,7 +74,7 @@ class DeliveryCases(ContractBase):
         done = ctx.Event()
         n = 300
         procs = [ctx.Process(target=h.child_push, daemon=True,
-                             args=(self.transport, self.plugins, dict(self.options), ep, i, n,
+                             args=(self.transport, self.plugins, self.table(), ep, i, n,
                                    i == 1, done))
                  for i in range(2)]
         for p in procs:

@@ -8,6 +8,10 @@ Subclass it in a test module under a name pytest collects::
 
 Multi-process cases are skipped when the transport says ``multiprocess = False``. Nothing here
 asserts on timing: waits are bounded, and a timeout is a failure only when nothing happened.
+
+A transport that offers tcp endpoints (``NetworkOptions``) also subclasses
+``TcpTransportContract``: the whole suite again over ``endpoints = "tcp"``, with keys written by
+the transport's ``write_keys`` (``with_keys = False`` for plain loopback tcp), plus the tcp cases.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from minisgl_core.service.rundir import private_run_dir
 from minisgl_core.testing.contract_delivery import DeliveryCases
 from minisgl_core.testing.contract_lifecycle import LifecycleCases
 from minisgl_core.testing.contract_pubsub import PubSubCases
+from minisgl_core.testing.contract_tcp import TcpCases
 
 
 class TransportContract(DeliveryCases, LifecycleCases, PubSubCases):
@@ -45,3 +50,13 @@ class TransportContract(DeliveryCases, LifecycleCases, PubSubCases):
         assert a != tp.endpoint(run_dir, "frontend.openai-1")
         with private_run_dir(prefix="mt-") as other:
             assert a != tp.endpoint(other, "scheduler")
+
+
+class TcpTransportContract(TcpCases, TransportContract):
+    """``TransportContract`` over tcp endpoints with keys, plus the tcp cases (``TcpCases``).
+
+    Settings besides ``TransportContract``'s: ``with_keys`` (default True), ``refusal_pattern``
+    (the warning logged for a refused peer; None to check behaviour only).
+    """
+
+    with_keys = True

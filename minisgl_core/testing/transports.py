@@ -6,11 +6,21 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from minisgl_core.interfaces import Receiver, Sender, Transport
 
+if TYPE_CHECKING:
+    from minisgl_core.plugin.registry import Registries
+
 T = TypeVar("T")
+
+
+def _registries(plugins: Sequence[str] | None) -> Registries:
+    from minisgl_core.plugin.loading import build_manager, collect
+
+    return collect(build_manager(autoload=plugins is None, extra=list(plugins or ())))
 
 
 def transport_factory(name: str, plugins: Sequence[str] | None = None) -> Callable[..., Transport]:
@@ -19,10 +29,7 @@ def transport_factory(name: str, plugins: Sequence[str] | None = None) -> Callab
     ``plugins`` lists plugin modules to load (entry points are then not scanned, which keeps a
     test independent of what else is installed); None loads every installed entry point.
     """
-    from minisgl_core.plugin.loading import build_manager, collect
-
-    pm = build_manager(autoload=plugins is None, extra=list(plugins or ()))
-    factory: Callable[..., Transport] = collect(pm).transports.get(name)
+    factory: Callable[..., Transport] = _registries(plugins).transports.get(name)
     return factory
 
 
@@ -30,6 +37,14 @@ def make_transport(name: str, plugins: Sequence[str] | None = None,
                    options: Mapping[str, Any] | None = None) -> Transport:
     """Build transport ``name`` through the plugin registry with its options table."""
     return transport_factory(name, plugins)(dict(options or {}))
+
+
+def write_transport_keys(name: str, plugins: Sequence[str] | None, root: Path) -> Path:
+    """Write transport ``name``'s keys under ``root`` as ``minisgl keys new root`` does."""
+    from minisgl_core.plugin.transport_tcp import write_all_keys
+
+    write_all_keys(_registries(plugins), root, [name])
+    return root
 
 
 def run_async(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:

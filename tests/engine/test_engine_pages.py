@@ -12,14 +12,14 @@ from minisgl_core.wire.schema import SamplingParams
 def _check_pages(engine: Engine) -> None:
     # a page is free, or in the prefix cache's tree (and maybe shared by running requests), or
     # private to one running request
-    cache = engine.scheduler.cache
+    cache = engine.batcher.cache
     tree = cache.pages() if cache else []
-    running = engine.scheduler.running
+    running = engine.batcher.running
     held = [p for r in running for p in r.pages[r.num_shared_pages:]]
     shared = {p for r in running for p in r.pages[:r.num_shared_pages]}
     assert len(held) == len(set(held)), "a page is held twice"
     assert shared <= set(tree) and not set(held) & set(tree)
-    assert all(not r.pages for r in engine.scheduler.waiting), "a waiting request holds pages"
+    assert all(not r.pages for r in engine.batcher.waiting), "a waiting request holds pages"
     assert engine.allocator.num_free + len(held) + len(tree) == engine.num_pages
 
 

@@ -16,17 +16,17 @@ GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
 def _check_pages(engine: Engine) -> None:
     """Every page is free, in the tree, or private to one running request; lock counts agree."""
-    cache = engine.scheduler.cache
+    cache = engine.batcher.cache
     assert cache is not None
     nodes = cache._nodes()
     tree = [n.page for n in nodes]
-    running = engine.scheduler.running
+    running = engine.batcher.running
     private = [p for r in running for p in r.pages[r.num_shared_pages:]]
     assert len(tree) == len(set(tree)) == cache.num_pages
     assert len(private) == len(set(private)), "a private page is held twice"
     assert not set(private) & set(tree), "a tree page is also private to a request"
     assert engine.allocator.num_free + len(private) + len(tree) == engine.num_pages
-    assert all(not r.pages and r.cache_node is None for r in engine.scheduler.waiting)
+    assert all(not r.pages and r.cache_node is None for r in engine.batcher.waiting)
     refs: dict[int, int] = {}
     for r in running:
         node = r.cache_node
@@ -135,7 +135,7 @@ def test_eviction_under_pressure_never_frees_a_page_in_use(make_engine) -> None:
             break
     assert not engine.has_work() and finished | aborted == set(added)
     engine.check_idle_invariant()
-    cache = engine.scheduler.cache
+    cache = engine.batcher.cache
     assert cache is not None and cache.evicted_pages > 0 and cache.hit_tokens > 0
     assert engine.stats().preemptions > 0, "the pool was meant to be too small for the load"
     # a page reused while still in use would corrupt K/V: every finished request's tokens
@@ -199,6 +199,6 @@ def test_naive_cache_keeps_no_pages(make_engine) -> None:
     prompt = list(range(3, 30))
     _, cached = _run(engine, {"a": prompt, "b": prompt}, [["a"], ["b"]])
     assert cached == {"a": 0, "b": 0} and engine.allocator.num_free == engine.num_pages
-    assert engine.stats().pages_cached == 0 and engine.scheduler.cache is None
+    assert engine.stats().pages_cached == 0 and engine.batcher.cache is None
     with pytest.raises(ValueError, match="cache"):
         make_engine("llama", cache="lru")

@@ -151,5 +151,5 @@ def test_served_names_of_model_directories(tmp_path: Path) -> None:
 def test_moved_names_still_work_with_a_deprecation_warning() -> None:
     from minisgl_core.store import default_model
 
-    with pytest.warns(DeprecationWarning, match="moved to minisgl_core.store.default_model"):
+    with pytest.warns(DeprecationWarning, match="use minisgl_core.store.default_model.ensure_"):
         assert weights.ensure_default_model is default_model.ensure_default_model

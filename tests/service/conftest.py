@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,6 +15,7 @@ from minisgl_core.testing.service import RunningService, launch_service
 
 TRANSPORTS = ["zmq", "nng"]
 SERVICE_ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
+LaunchVariant = Callable[..., AbstractContextManager[RunningService]]
 
 
 @pytest.fixture(scope="session")
@@ -20,14 +26,43 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama", "llama"))
 
 
+@pytest.fixture(scope="session")
+def tcp_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Keys for every transport, made by `minisgl keys new` as a user would."""
+    target = tmp_path_factory.mktemp("keys") / "service"
+    subprocess.run([sys.executable, "-m", "minisgl_core", "keys", "new", str(target)],
+                   check=True, capture_output=True, timeout=300)
+    return target
+
+
+@pytest.fixture(scope="session")
+def launch_variant(request: pytest.FixtureRequest, tiny_model: str,
+                   tmp_path_factory: pytest.TempPathFactory) -> LaunchVariant:
+    """``with launch_variant("zmq") as svc:`` a service of the tiny model over one transport;
+    "zmq+tcp" (or "nng+tcp") puts it on tcp endpoints with ``tcp_keys``, and keyword arguments
+    set more keys of that transport's table."""
+
+    @contextmanager
+    def start(variant: str, *args: str, **options: Any) -> Iterator[RunningService]:
+        name, _, endpoints = variant.partition("+")
+        table = {"endpoints": endpoints, "keys": request.getfixturevalue("tcp_keys"),
+                 **options} if endpoints else options
+        sets = [arg for key, value in table.items()
+                for arg in ("-s", f"transports.{name}.{key}={value}")]
+        svc = launch_service(tiny_model, transport=name, args=[*SERVICE_ARGS, *sets, *args],
+                             log_dir=tmp_path_factory.mktemp("logs"))
+        try:
+            yield svc
+        finally:
+            svc.stop()
+            assert not svc.leftover_workers(), f"orphan workers:\n{svc.log()[-2000:]}"
+
+    return start
+
+
 @pytest.fixture(scope="module", params=TRANSPORTS)
-def service(request: pytest.FixtureRequest, tiny_model: str,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+def service(request: pytest.FixtureRequest,
+            launch_variant: LaunchVariant) -> Iterator[RunningService]:
     """One launched service per transport, shared by the tests of a module."""
-    svc = launch_service(tiny_model, transport=request.param, args=SERVICE_ARGS,
-                         log_dir=tmp_path_factory.mktemp("logs"))
-    try:
+    with launch_variant(request.param) as svc:
         yield svc
-    finally:
-        svc.stop()
-        assert not svc.leftover_workers(), f"orphan workers:\n{svc.log()[-2000:]}"

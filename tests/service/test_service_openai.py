@@ -1,18 +1,28 @@
-"""End to end through real processes and sockets: the OpenAI client against `minisgl launch`."""
+"""End to end through real processes and sockets: the OpenAI client against `minisgl launch`,
+over each transport's ipc endpoints and over tcp endpoints with keys."""
 
 from __future__ import annotations
 
 import json
 import random
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from openai import OpenAI
 
 from minisgl_core.testing.service import RunningService
+
+
+@pytest.fixture(scope="module", params=["zmq", "nng", "zmq+tcp", "nng+tcp"])
+def service(request: pytest.FixtureRequest, launch_variant: Any) -> Iterator[RunningService]:
+    """The conftest's service, over ipc and over tcp + keys (CURVE for zmq, TLS for nng)."""
+    with launch_variant(request.param) as svc:
+        yield svc
 
 
 def _idle(m: dict[str, float]) -> bool:

@@ -10,23 +10,21 @@ by ``minisgl plugins``: it stays light and only says where each part lives.
 
 from __future__ import annotations
 
-from typing import Any
-
-from minisgl_core import hookimpl
+from minisgl_core.api import Register, RoleRegister, hookimpl
 
 __version__ = "0.1.0"
 
 
 @hookimpl
-def minisgl_register_transports(register: Any) -> None:
+def minisgl_register_transports(register: Register) -> None:
     register("loopback", "minisgl_transport_loopback.transport:LoopbackTransport")
 
 
 @hookimpl
-def minisgl_register_frontends(register: Any) -> None:
+def minisgl_register_frontends(register: Register) -> None:
     register("lines", "minisgl_transport_loopback.lines:LinesFrontend")
 
 
 @hookimpl
-def minisgl_register_roles(register: Any) -> None:
+def minisgl_register_roles(register: RoleRegister) -> None:
     register("tokenizer", "shout", "minisgl_transport_loopback.shout:make_shout")

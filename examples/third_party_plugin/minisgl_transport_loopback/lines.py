@@ -15,17 +15,18 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from minisgl_core.wire.schema import GenerateRequest, SamplingParams
+from minisgl_core.api import EngineClient, GenerateRequest, LaunchConfig, SamplingParams
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024
 
 
 class LinesFrontend:
-    """Satisfies ``minisgl_core.interfaces.Frontend``; built as ``factory(client, config,
-    options)`` by the launcher."""
+    """Satisfies ``minisgl_core.api.Frontend``; built as ``factory(client, config, options)``
+    by the launcher."""
 
-    def __init__(self, client: Any, config: Any, options: Mapping[str, Any]) -> None:
+    def __init__(self, client: EngineClient, config: LaunchConfig,
+                 options: Mapping[str, Any]) -> None:
         self.client = client
         self.host = str(options.get("host", config.host))
         self.port = int(options.get("port", 0))

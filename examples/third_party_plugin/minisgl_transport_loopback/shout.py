@@ -1,7 +1,7 @@
 """``shout``: a tokenizer role that changes the case of every prompt, then tokenizes as ``hf``.
 
 Options (``[roles.tokenizer.shout]``): ``case = "upper"`` (the default) or ``"lower"``. It
-satisfies ``minisgl_core.interfaces.Tokenizer`` by wrapping the core's HF tokenizer role.
+satisfies ``minisgl_core.api.Tokenizer`` by wrapping the core's HF tokenizer role.
 """
 
 from __future__ import annotations
@@ -10,8 +10,14 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.service.spec import RoleContext
-from minisgl_core.wire.schema import ChatMessage, GenerateRequest, TokenizedRequest
+from minisgl_core.api import (
+    ChatMessage,
+    GenerateRequest,
+    RoleContext,
+    TokenizedRequest,
+    Tokenizer,
+    TokenizerRole,
+)
 
 CASES = ("upper", "lower")
 
@@ -19,7 +25,7 @@ CASES = ("upper", "lower")
 class ShoutTokenizer:
     """Re-cases the prompt text and chat contents; token ids pass through untouched."""
 
-    def __init__(self, inner: Any, case: str = "upper") -> None:
+    def __init__(self, inner: Tokenizer, case: str = "upper") -> None:
         if case not in CASES:
             raise ValueError(f'[roles.tokenizer.shout] case must be "upper" or "lower", '
                              f"got {case!r}")
@@ -46,8 +52,6 @@ class ShoutTokenizer:
 
 def make_shout(context: RoleContext) -> ShoutTokenizer:
     """The role factory: ``factory(context)`` with this role's options table."""
-    from minisgl_core.text.tokenize import TokenizerRole
-
     unknown = sorted(set(context.options) - {"case"})
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} in [roles.tokenizer.shout]")

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import minisgl_transport_loopback
 
-from minisgl_core.plugin.loading import build_manager, collect
-from minisgl_core.service.rundir import private_run_dir
-from minisgl_core.testing import TokenizerContract, TransportContract
+from minisgl_core.api import (
+    GenerateRequest,
+    SamplingParams,
+    TokenizerContract,
+    TokenizerRole,
+    TransportContract,
+    build_manager,
+    collect,
+    make_tiny_model,
+    private_run_dir,
+)
 
 
 class TestLoopbackContract(TransportContract):
@@ -49,10 +57,6 @@ class TestShoutLowerContract(TestShoutContract):
 
 def test_shout_tokenizes_the_recased_prompt(tmp_path) -> None:  # noqa: ANN001
     from minisgl_transport_loopback.shout import ShoutTokenizer
-
-    from minisgl_core.testing.tiny import make_tiny_model
-    from minisgl_core.text.tokenize import TokenizerRole
-    from minisgl_core.wire.schema import GenerateRequest, SamplingParams
 
     plain = TokenizerRole(make_tiny_model(tmp_path / "tiny", "llama"), 512)
     loud = ShoutTokenizer(plain)

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from minisgl_core.wire.schema import GenerateRequest
+from minisgl_frontend_openai.body import parse
 from minisgl_frontend_openai.context import (
     CLIENT_CLOSED_REQUEST,
     AppContext,
@@ -22,12 +23,7 @@ from minisgl_frontend_openai.echo import completion_format
 from minisgl_frontend_openai.errors import APIError
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.responses import CompletionFormat
-from minisgl_frontend_openai.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    for_choice,
-    parse,
-)
+from minisgl_frontend_openai.schemas import ChatCompletionRequest, CompletionRequest, for_choice
 from minisgl_frontend_openai.sse import (
     DONE,
     ClientDisconnected,

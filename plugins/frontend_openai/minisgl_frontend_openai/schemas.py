@@ -1,4 +1,5 @@
-"""Request bodies of the OpenAI routes: strict validation and the mapping to SamplingParams.
+"""The generation request bodies (chat and completions): their checks and the mapping to
+SamplingParams.
 
 Every sampling parameter is either mapped onto ``SamplingParams`` or rejected with a 400; unknown
 extra fields are ignored (like vLLM), except known sampling-relevant ones this server does not
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from minisgl_core.wire.schema import MAX_LOGPROBS, ChatMessage, SamplingParams, ToolCall
-from minisgl_frontend_openai.errors import APIError, bad_request
+from minisgl_core.wire.schema import MAX_LOGPROBS, ChatMessage, SamplingParams
+from minisgl_frontend_openai.body import Strict
+from minisgl_frontend_openai.errors import bad_request
+from minisgl_frontend_openai.messages import Message, chat_messages
 
 MAX_N = 16  # choices per prompt
 MAX_STOP = 16  # stop strings per request
@@ -28,10 +31,6 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 TopCount = Annotated[int, Field(ge=0, le=MAX_LOGPROBS)]
 Count = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
-
-_CHAT_ROLES = {"system": "system", "developer": "system", "user": "user",
-               "assistant": "assistant", "tool": "tool"}
-
 
 def _none(v: Any) -> bool:
     return v is None
@@ -59,19 +58,14 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
 }
 
 
-class _Strict(BaseModel):
-    # strict: a string where a number belongs is a 400, not a silent coercion
-    model_config = ConfigDict(strict=True, extra="allow")
-
-
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     """``stream_options``: only ``include_usage`` is implemented."""
 
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None
 
 
-class _GenerationRequest(_Strict):
+class _GenerationRequest(Strict):
     """Fields shared by /v1/chat/completions and /v1/completions."""
 
     model: str | None = None
@@ -194,37 +188,6 @@ def for_choice(sampling: SamplingParams, index: int) -> SamplingParams:
     return msgspec.structs.replace(sampling, seed=seed)
 
 
-class ContentPart(_Strict):
-    """One part of a message's content array; only text parts are supported."""
-
-    type: str
-    text: str | None = None
-
-
-class CalledFunction(_Strict):
-    """``function`` of a tool call in the history."""
-
-    name: str
-    arguments: str | dict[str, Any] = "{}"
-
-
-class HistoryToolCall(_Strict):
-    """A tool call an earlier assistant turn made."""
-
-    id: str = ""
-    type: str = "function"
-    function: CalledFunction
-
-
-class Message(_Strict):
-    """One chat message (extra fields such as ``name`` are accepted and ignored)."""
-
-    role: str
-    content: str | list[ContentPart] | None = None
-    tool_calls: list[HistoryToolCall] | None = None  # assistant turns
-    tool_call_id: str | None = None  # tool turns: the call they answer
-
-
 class ChatCompletionRequest(_GenerationRequest):
     """POST /v1/chat/completions."""
 
@@ -253,42 +216,6 @@ class ChatCompletionRequest(_GenerationRequest):
 def template_kwargs_json(kwargs: dict[str, Any] | None) -> str | None:
     """A request's ``chat_template_kwargs`` as JSON text (None when absent or empty)."""
     return json.dumps(kwargs, ensure_ascii=False) if kwargs else None
-
-
-def chat_messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
-    """A request's ``messages`` as minisgl ChatMessages (content parts joined by newlines)."""
-    if not messages:
-        raise bad_request("'messages' must not be empty", param="messages")
-    out = []
-    for i, msg in enumerate(messages):
-        role = _CHAT_ROLES.get(msg.role)
-        if role is None:
-            raise bad_request(f"messages[{i}].role '{msg.role[:40]}' is not supported "
-                              f"(use system, developer, user, assistant or tool)",
-                              param=f"messages.{i}.role")
-        calls = tuple(ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments
-                               if isinstance(c.function.arguments, str)
-                               else json.dumps(c.function.arguments, ensure_ascii=False))
-                      for c in msg.tool_calls or ())
-        if calls and role != "assistant":
-            raise bad_request(f"messages[{i}]: only assistant messages carry tool_calls",
-                              param=f"messages.{i}.tool_calls")
-        out.append(ChatMessage(role=role, content=_content_text(msg.content, i),
-                               tool_calls=calls, tool_call_id=msg.tool_call_id))
-    return tuple(out)
-
-
-def _content_text(content: str | list[ContentPart] | None, i: int) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    texts = []
-    for part in content:
-        if part.type != "text" or part.text is None:
-            raise bad_request(f"messages[{i}]: content part type '{part.type[:40]}' is not "
-                              f"supported (only 'text')", param=f"messages.{i}.content",
-                              code="unsupported_parameter")
-        texts.append(part.text)
-    return "\n".join(texts)
 
 
 Prompt = str | tuple[int, ...]
@@ -347,44 +274,7 @@ class CompletionRequest(_GenerationRequest):
         return items
 
 
-_R = TypeVar("_R", bound=_GenerationRequest)
-
-
 def _is_token(t: Any) -> bool:
     return type(t) is int and 0 <= t <= MAX_TOKEN_ID
 
 
-def parse(model: type[_R], body: bytes) -> _R:
-    """Validate a JSON body into ``model``, or raise a 400 that does not echo the input."""
-    try:
-        req = model.model_validate_json(body)
-    except ValidationError as exc:
-        raise describe(exc) from None
-    req.check()
-    return req
-
-
-def describe(exc: ValidationError) -> APIError:
-    """One 400 naming the first invalid field and why, without the offending value."""
-    errors = exc.errors(include_input=False, include_url=False)
-    first = errors[0]
-    if first["type"] == "json_invalid":
-        return bad_request(f"Invalid JSON body: {first['msg'].removeprefix('Invalid JSON: ')}",
-                           code="invalid_json")
-    path = [str(p) for p in first["loc"] if not _is_union_tag(p)]
-    param = ".".join(path) or None
-    if first["type"] == "model_type" and not path:
-        return bad_request("the request body must be a JSON object")
-    if first["type"] == "missing":
-        return bad_request(f"'{param}' is required", param=param)
-    # a union field fails once per member: say what each member wanted, once
-    same = [e["msg"] for e in errors
-            if [str(p) for p in e["loc"] if not _is_union_tag(p)] == path]
-    reasons = " or ".join(dict.fromkeys(same[:4]))
-    return bad_request(f"Invalid value for '{param}': {reasons}", param=param)
-
-
-def _is_union_tag(p: int | str) -> bool:
-    # pydantic puts the union member ("str", "list[str]", "ContentPart") into error locations
-    return isinstance(p, str) and (
-        "[" in p or p[:1].isupper() or p in {"str", "int", "float", "bool", "none"})

@@ -16,21 +16,16 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
 from minisgl_core.wire.schema import GenerateRequest
+from minisgl_frontend_openai.body import Strict, parse
 from minisgl_frontend_openai.errors import APIError, bad_request
-from minisgl_frontend_openai.schemas import (
-    MAX_TOKEN_ID,
-    Message,
-    _Strict,
-    chat_messages,
-    parse,
-    template_kwargs_json,
-)
+from minisgl_frontend_openai.messages import Message, chat_messages
+from minisgl_frontend_openai.schemas import MAX_TOKEN_ID, template_kwargs_json
 from minisgl_frontend_openai.tools import tool_request
 
 MAX_DETOKENIZE = 1 << 20  # ids in one /detokenize call (the body limit caps it sooner)
 
 
-class TokenizeRequest(_Strict):
+class TokenizeRequest(Strict):
     """vLLM's tokenize body: ``prompt`` (a completion) or ``messages`` (a chat), not both."""
 
     model: str | None = None
@@ -47,7 +42,7 @@ class TokenizeRequest(_Strict):
             raise bad_request("send exactly one of 'prompt' or 'messages'", param="prompt")
 
 
-class DetokenizeRequest(_Strict):
+class DetokenizeRequest(Strict):
     """vLLM's detokenize body."""
 
     model: str | None = None

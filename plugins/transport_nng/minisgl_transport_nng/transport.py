@@ -14,6 +14,10 @@ pynng. What is set explicitly, and why (see docs/transports.md):
 Buffering: a pipeline holds about ``hwm`` messages in the sender's buffer, one per pipe at the
 receiver, plus the kernel's socket buffers; then ``send`` blocks. Pub0 never blocks; it drops
 the oldest messages of a subscriber that is ``hwm`` behind.
+
+With ``endpoints = "tcp"`` channels are ``tcp://host:port``, or ``tls+tcp://`` with ``keys``
+(mutual TLS, ``keys.py``: with keys every tcp endpoint is opened as TLS); ``guard.py`` logs the
+peers nng refuses and closes handshakes that stall.
 """
 
 from __future__ import annotations
@@ -28,8 +32,17 @@ from typing import Any, ClassVar
 import pynng
 
 from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.plugin.transport_util import TransportOptions, check_size
-from minisgl_core.service.rundir import ipc_endpoint
+from minisgl_core.plugin.transport_tcp import (
+    NetworkOptions,
+    check_tcp_endpoint,
+    keys_hint,
+    note_plaintext,
+    split_tcp,
+)
+from minisgl_core.plugin.transport_util import check_size
+from minisgl_core.service.rundir import ipc_endpoint, tcp_endpoint
+from minisgl_transport_nng.guard import Guard
+from minisgl_transport_nng.keys import TlsKeys, write_keys
 
 _NNG_MAX_BUFFER = 8192  # nng refuses larger send/recv buffer sizes
 # pynng 0.9's sync recv of an empty message fails in ffi.unpack(NULL, 0) with a RuntimeError after
@@ -53,8 +66,8 @@ class _Channel:
         if self._closed:
             return
         self._closed = True
+        self._owner._forget(self)  # first: the guard must not read a closing socket
         self._sock.close()
-        self._owner._forget(self)
 
 
 class NngSender(_Channel):
@@ -135,14 +148,28 @@ class NngTransport:
 
     name: ClassVar[str] = "nng"
     multiprocess: ClassVar[bool] = True
+    write_keys = staticmethod(write_keys)  # what `minisgl keys new` writes for nng
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options = TransportOptions.from_mapping(self.name, options, reconnect_ms=20)
+        self.options = NetworkOptions.from_mapping(self.name, options, reconnect_ms=20)
+        key_dir = self.options.key_dir(self.name)
+        keys = TlsKeys.load(key_dir) if key_dir else None
+        # built once: nng keeps a reference per socket, the parsed certificates are shared
+        self._tls = None if keys is None else {True: keys.config(server=True),
+                                               False: keys.config(server=False)}
+        if self.options.tcp and keys is None:
+            note_plaintext(self.name, self.options.host)
         self._lock = threading.Lock()
         self._channels: set[_Channel] = set()
+        self._guard: Guard | None = None  # started by the first tcp channel
         self._closed = False
 
     def endpoint(self, run_dir: Path, channel: str) -> str:
+        opts = self.options
+        if opts.tcp:
+            return tcp_endpoint(run_dir, channel, host=opts.host, first_port=opts.ports.first,
+                                last_port=opts.ports.last,
+                                scheme="tcp" if self._tls is None else "tls+tcp")
         return ipc_endpoint(run_dir, channel)
 
     def push(self, endpoint: str, *, bind: bool = False) -> NngSender:
@@ -159,9 +186,20 @@ class NngTransport:
 
     def _open(self, cls: type[_Channel], kind: type[pynng.Socket], endpoint: str,
               bind: bool) -> _Channel:
+        tcp = split_tcp(endpoint)
+        if tcp is not None:
+            check_tcp_endpoint(self.name, endpoint, self._tls is not None)
+            if tcp[0] == "tls+tcp" and self._tls is None:
+                raise ValueError(f"transport {self.name!r}: {endpoint} needs keys; "
+                                 f"{keys_hint(self.name)}")
+            if tcp[0] == "tcp" and self._tls is not None:
+                endpoint = "tls+" + endpoint  # with keys, nothing leaves in clear
         with self._lock:
             if self._closed:
                 raise ChannelClosed(f"transport {self.name} is closed")
+            if tcp is not None and self._guard is None:
+                self._guard = Guard(self.options.handshake_ms)
+            guard = self._guard
         opts = self.options
         buffer = min(opts.hwm, _NNG_MAX_BUFFER)
         kwargs: dict[str, Any] = {
@@ -175,6 +213,8 @@ class NngTransport:
             kwargs["recv_buffer_size"] = buffer
         if kind is pynng.Sub0:
             kwargs["topics"] = b""  # everything; subscriptions are local in nng
+        if tcp is not None and self._tls is not None:
+            kwargs["tls_config"] = self._tls[bind]
         sock = kind(**kwargs)
         try:
             if bind:
@@ -184,6 +224,8 @@ class NngTransport:
                     raise AddressInUse(errno.EADDRINUSE, f"{endpoint} is already bound") from exc
             else:
                 sock.dial(endpoint, block=False)
+            if tcp is not None and guard is not None:
+                guard.watch(sock, endpoint, listener=bind)
             channel = cls(sock, endpoint, self)
         except BaseException:
             sock.close()
@@ -195,11 +237,17 @@ class NngTransport:
     def _forget(self, channel: _Channel) -> None:
         with self._lock:
             self._channels.discard(channel)
+            guard = self._guard
+        if guard is not None:
+            guard.forget(channel._sock)
 
     def close(self) -> None:
         """Close every channel this transport opened; idempotent."""
         with self._lock:
             self._closed = True
             channels, self._channels = list(self._channels), set()
+            guard = self._guard
         for channel in channels:
             channel.close()
+        if guard is not None:
+            guard.stop()

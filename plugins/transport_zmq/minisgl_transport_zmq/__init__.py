@@ -5,13 +5,12 @@ Only the registration lives here; zmq itself is imported when the transport is f
 
 from __future__ import annotations
 
-from typing import Any
-
 from minisgl_core import hookimpl
+from minisgl_core.plugin.hookspecs import Register
 
 __version__ = "0.1.0"
 
 
 @hookimpl
-def minisgl_register_transports(register: Any) -> None:
+def minisgl_register_transports(register: Register) -> None:
     register("zmq", "minisgl_transport_zmq.transport:ZmqTransport")

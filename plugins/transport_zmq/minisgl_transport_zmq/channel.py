@@ -245,14 +245,19 @@ class ZmqReceiver(_Channel):
 
 
 def _wait_port_free(host: str, port: int, limit: float = 1.0) -> None:
-    """zmq closes listeners in its I/O thread; wait (bounded) until the port refuses connections
-    so that close() really frees the endpoint for the next bind."""
+    """zmq closes listeners in its I/O thread; wait (bounded) until the port can be bound again
+    so that close() really frees the endpoint for the next bind. A bind probe, not a connect:
+    a connection would reach the closing listener and look like a stray peer in its monitor."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     end = time.monotonic() + limit
     while time.monotonic() < end:
-        try:
-            socket.create_connection((host, port), timeout=0.1).close()
-        except OSError:
-            return
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq's listener
+            try:
+                probe.bind((host, port))
+                return
+            except OSError:
+                pass
         time.sleep(0.002)
 
 

@@ -1,6 +1,8 @@
 """The zmq transport: one zmq.Context per transport, PUSH/PULL pipelines and PUB/SUB fan-out.
 
-Endpoints are ``ipc://<run_dir>/<channel>``; explicit ``tcp://host:port`` endpoints work too.
+Endpoints are ``ipc://<run_dir>/<channel>``, or ``tcp://host:port`` with ``endpoints = "tcp"``
+(explicit tcp endpoints work either way); with ``keys`` every tcp socket uses CURVE
+(``security.py``), and without keys tcp is refused unless it stays on loopback.
 Buffering: a pipeline holds about SNDHWM + RCVHWM messages (``hwm`` each, default 1000) plus
 what fits in the kernel socket buffers; then ``send`` blocks until the receiver reads. A PUB
 socket drops new messages for a subscriber that is ``hwm`` behind and never blocks.
@@ -18,8 +20,13 @@ from typing import Any, ClassVar
 import zmq
 
 from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.plugin.transport_util import TransportOptions
-from minisgl_core.service.rundir import claim_ipc_path, ipc_endpoint, ipc_path
+from minisgl_core.plugin.transport_tcp import (
+    NetworkOptions,
+    check_tcp_endpoint,
+    note_plaintext,
+    split_tcp,
+)
+from minisgl_core.service.rundir import claim_ipc_path, ipc_endpoint, ipc_path, tcp_endpoint
 from minisgl_transport_zmq.channel import (
     BIND_LOCK,
     ZmqReceiver,
@@ -27,6 +34,7 @@ from minisgl_transport_zmq.channel import (
     _Channel,
     socket_options,
 )
+from minisgl_transport_zmq.security import CurveKeys, Guard, tcp_socket_options, write_keys
 
 
 class ZmqTransport:
@@ -34,15 +42,25 @@ class ZmqTransport:
 
     name: ClassVar[str] = "zmq"
     multiprocess: ClassVar[bool] = True
+    write_keys = staticmethod(write_keys)  # what `minisgl keys new` writes for zmq
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        self.options = TransportOptions.from_mapping(self.name, options)
+        self.options = NetworkOptions.from_mapping(self.name, options)
+        key_dir = self.options.key_dir(self.name)
+        self._keys = CurveKeys.load(key_dir) if key_dir else None
+        if self.options.tcp and self._keys is None:
+            note_plaintext(self.name, self.options.host)
         self._ctx = zmq.Context()
         self._lock = threading.Lock()
         self._channels: set[_Channel] = set()
+        self._guard: Guard | None = None  # started by the first tcp socket
         self._closed = False
 
     def endpoint(self, run_dir: Path, channel: str) -> str:
+        opts = self.options
+        if opts.tcp:
+            return tcp_endpoint(run_dir, channel, host=opts.host, first_port=opts.ports.first,
+                                last_port=opts.ports.last)
         return ipc_endpoint(run_dir, channel)
 
     def push(self, endpoint: str, *, bind: bool = False) -> ZmqSender:
@@ -58,16 +76,30 @@ class ZmqTransport:
         return self._open(ZmqReceiver, zmq.SUB, endpoint, bind)  # type: ignore[return-value]
 
     def _open(self, cls: type[_Channel], kind: int, endpoint: str, bind: bool) -> _Channel:
+        tcp = split_tcp(endpoint)
+        if tcp is not None:
+            if tcp[0] != "tcp":
+                raise ValueError(f"zmq has no {tcp[0]}:// endpoints (CURVE secures tcp://)")
+            check_tcp_endpoint(self.name, endpoint, self._keys is not None)
         with self._lock:
             if self._closed:
                 raise ChannelClosed(f"transport {self.name} is closed")
             sock = self._ctx.socket(kind)
+            if tcp is not None and self._guard is None:
+                self._guard = Guard(self._ctx, self._keys, self.options.handshake_ms)
+            guard = self._guard
         try:
             opts = self.options
-            for opt, value in socket_options(kind, bind=bind, hwm=opts.hwm,
-                                             limit=opts.max_message_bytes,
-                                             reconnect_ms=opts.reconnect_ms).items():
+            sock_opts = socket_options(kind, bind=bind, hwm=opts.hwm,
+                                       limit=opts.max_message_bytes, reconnect_ms=opts.reconnect_ms)
+            if tcp is not None:
+                sock_opts.update(tcp_socket_options(
+                    self._keys, bind=bind, endpoint=endpoint, handshake_ms=opts.handshake_ms,
+                    limit=sock_opts.get(zmq.MAXMSGSIZE)))
+            for opt, value in sock_opts.items():
                 sock.setsockopt(opt, value)
+            if tcp is not None and guard is not None:
+                guard.watch(sock, endpoint, bound=bind)
             if kind == zmq.SUB:
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
             bound_file = None
@@ -117,6 +149,8 @@ class ZmqTransport:
             channels = list(self._channels)
         for channel in channels:
             channel.close()
+        if self._guard is not None:
+            self._guard.stop()
         self._ctx.destroy(linger=0)
 
 

@@ -31,8 +31,10 @@ class ScheduledBatch:
     prefill: list[tuple[Request, int]] = field(default_factory=list)
 
 
-class Scheduler:
-    """Owns the waiting queue and the running list, and every page a request holds."""
+class Batcher:
+    """The engine's batching policy: owns the waiting queue and the running list, and every page
+    a request holds; ``schedule()`` picks each step's batch. (The scheduler *role*, what a
+    service's scheduler process runs, is ``interfaces.Scheduler``: the Engine is one.)"""
 
     def __init__(self, allocator: PageAllocator, page_size: int, max_running: int,
                  max_prefill_tokens: int, cache: str = "naive") -> None:
@@ -66,6 +68,14 @@ class Scheduler:
         pages, req.pages = req.pages, []
         self.allocator.free(pages)
         req.num_cached = 0
+
+    def check_pages_returned(self, num_pages: int) -> None:
+        """Raise AssertionError unless free + cached pages == ``num_pages`` (call when idle)."""
+        cached = self.cache.num_pages if self.cache else 0
+        if self.allocator.num_free + cached != num_pages:
+            raise AssertionError(f"{num_pages - self.allocator.num_free - cached} pages leaked")
+        if self.cache and (self.cache.num_evictable != cached or len(self.cache.pages()) != cached):
+            raise AssertionError("the prefix cache's counts are off (a lock was not dropped)")
 
     @property
     def num_available(self) -> int:

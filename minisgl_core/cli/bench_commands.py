@@ -1,0 +1,85 @@
+"""``minisgl bench transport``, ``bench offline`` and ``bench quality`` (``bench serve`` and
+``bench compare`` are defined beside their benchmarks in ``minisgl_core.bench``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from minisgl_core.cli.common import JsonOpt, fail, lazy_entry, state
+from minisgl_core.plugin.registry import RegistryError
+
+
+def _quantizations(values: list[str]) -> list[str | None]:
+    """``--quantization`` values as the engine takes them: fp32 (or none) is None."""
+    chosen: list[str | None] = []
+    for q in values:
+        if q not in ("fp32", "none", "int8"):
+            raise fail(f'--quantization must be fp32 or int8, got "{q}"')
+        chosen.append(None if q in ("fp32", "none") else q)
+    return chosen
+
+
+def bench_transport(
+    ctx: typer.Context,
+    transport: Annotated[list[str] | None, typer.Option(help="Only these (repeat).")] = None,
+    size: Annotated[list[int] | None, typer.Option(help="Message sizes in bytes (repeat).")] = None,
+    json_: JsonOpt = False,
+    duration: Annotated[float, typer.Option(help="Seconds per case.")] = 1.0,
+    endpoints: Annotated[str, typer.Option(
+        help="ipc, or tcp: loopback tcp as well, beside ipc.")] = "ipc",
+    auth: Annotated[bool, typer.Option(
+        help="With tcp, also with keys (zmq CURVE, nng TLS); implies --endpoints tcp.")] = False,
+) -> None:
+    """Latency and throughput of every registered transport through the common interface."""
+    for name in transport or []:
+        try:
+            state(ctx).regs.transports.check(name)
+        except RegistryError as exc:
+            raise fail(str(exc)) from None
+    if endpoints not in ("ipc", "tcp"):
+        raise fail(f'--endpoints must be ipc or tcp, got "{endpoints}"')
+    run = lazy_entry("minisgl_core.bench.transport:main", "the transport benchmark")
+    run(transports=transport or None, sizes=size or None, json_lines=json_, duration=duration,
+        endpoints="tcp" if auth else endpoints, auth=auth)
+
+
+def bench_offline(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    batch_size: Annotated[list[int] | None, typer.Option(help="Batch sizes (repeat).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
+    tp: Annotated[int, typer.Option(
+        min=1, help="Split the engine over N tensor-parallel ranks on this host.")] = 1,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="Engine weights: fp32 or int8 (repeat to run both, interleaved).")] = None,
+    profile: Annotated[bool, typer.Option(
+        help="Break one decode step into matmul / attention / other ops / Python.")] = False,
+    ceilings: Annotated[bool, typer.Option(
+        help="Measure the host's ceilings and report each figure as a share of them.")] = True,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Offline engine throughput (no server) for a few batch sizes, against transformers."""
+    chosen = _quantizations(quantization or ["fp32"])
+    run = lazy_entry("minisgl_core.bench.engine_vs_hf:main", "the offline benchmark")
+    run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_,
+        tp=tp, quantization=chosen, profile=profile, ceilings=ceilings, repeat=repeat,
+        threads=threads)
+
+
+def bench_quality(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="int8: measure it against fp32 (fp32 alone without).")] = None,
+    tokens: Annotated[int, typer.Option(min=2, help="Tokens of text for the perplexity.")] = 4096,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Perplexity on pydoc_data.topics and greedy agreement with fp32; exit 1 if int8 misses
+    its targets (perplexity within 3% of fp32's, "Paris" answered)."""
+    chosen = _quantizations(quantization or [])
+    run = lazy_entry("minisgl_core.bench.quality:main", "the quality benchmark")
+    raise typer.Exit(run(model=model, quantization=chosen, tokens=tokens, json_lines=json_,
+                         threads=threads))

@@ -1,0 +1,122 @@
+"""``minisgl launch`` (the service) and ``minisgl tp-worker`` (a tensor-parallel rank elsewhere)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from minisgl_core.cli.common import ConfigOpt, SetOpt, fail, lazy_entry, load, state
+from minisgl_core.config.launch import LaunchConfig
+from minisgl_core.plugin.registry import Registries, RegistryError
+
+
+def validate(cfg: LaunchConfig, regs: Registries) -> None:
+    """Raise RegistryError unless the selected transport, frontends and roles can be used."""
+    for error, _owners in regs.conflicts():
+        raise error
+    regs.transports.get(cfg.transport)  # imports its target: a missing library shows up here
+    for name in cfg.frontends:
+        regs.frontends.check(name)
+    for kind in regs.roles.kinds():
+        regs.roles.check(kind, cfg.role_name(kind))
+    for name in cfg.frontends:
+        regs.frontends.get(name)
+    for kind in regs.roles.kinds():
+        regs.roles.get(kind, cfg.role_name(kind))
+
+
+def launch(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    transport: Annotated[str | None, typer.Option(help="Transport between processes.")] = None,
+    frontend: Annotated[
+        list[str] | None, typer.Option(help="Frontend(s) to serve: openai, grpc or both (a,b).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model: a directory, a .gguf file or a Hub id (ORG/NAME); unset: the default.")
+    ] = None,
+    revision: Annotated[str | None, typer.Option(
+        help="Of a Hub model: a branch, tag or commit (default: main).")] = None,
+    gguf_file: Annotated[str | None, typer.Option(
+        help="Serve this GGUF file of the Hub repo (or directory) in --model.")] = None,
+    served_model_name: Annotated[str | None, typer.Option(
+        help="NAME[,ALIAS...]: the names clients use in `model` (the first is reported).")] = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (OpenAI frontend).")] = None,
+    grpc_port: Annotated[int | None, typer.Option(
+        help="gRPC port: shorthand for -s frontends.grpc.port=P.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32, float16 or bfloat16.")] = None,
+    num_pages: Annotated[int | None, typer.Option(help="KV cache pages.")] = None,
+    page_size: Annotated[int | None, typer.Option(help="Tokens per KV page.")] = None,
+    max_seq_len_override: Annotated[int | None, typer.Option(help="Cap the context.")] = None,
+    api_key: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel ranks.")] = None,
+    tp_local_ranks: Annotated[str | None, typer.Option(
+        help="Ranks started here, e.g. 0 (the rest: `minisgl tp-worker` elsewhere).")] = None,
+    dist_addr: Annotated[str | None, typer.Option(
+        help="Address rank 0 listens on for the other ranks.")] = None,
+    dist_port: Annotated[int | None, typer.Option(
+        help="Port rank 0 listens on for the other ranks (0: any free one).")] = None,
+    cache: Annotated[
+        str | None, typer.Option(help="KV prefix cache: radix (reuse shared prefixes) or naive.")
+    ] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        help="Tokenizer role (default hf); options in [roles.tokenizer.NAME].")] = None,
+    detokenizer: Annotated[str | None, typer.Option(
+        help="Detokenizer role (default hf); options in [roles.detokenizer.NAME].")] = None,
+    scheduler: Annotated[str | None, typer.Option(
+        help="Scheduler role: continuous (the model) or synthetic (no model); options in "
+             "[roles.scheduler.NAME].")] = None,
+    quantization: Annotated[str | None, typer.Option(
+        help="int8: int8 weights and per-token int8 inputs (LM head, q/k/v kept fp32).")] = None,
+    reasoning_parser: Annotated[str | None, typer.Option(
+        help="qwen3 or deepseek_r1: a chat answer's <think> block goes to reasoning_content."
+    )] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
+    flags = {
+        "transport": transport, "frontends": ",".join(frontend) if frontend else None,
+        "model": model, "revision": revision, "gguf_file": gguf_file,
+        "served_model_name": served_model_name, "host": host, "port": port,
+        "dtype": dtype,
+        "num_pages": num_pages, "page_size": page_size,
+        "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
+        "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
+        "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
+        "scheduler": scheduler, "quantization": quantization,
+        "reasoning_parser": reasoning_parser,
+    }
+    # a frontend's own flags are shorthands for its [frontends.<name>] table, below -s
+    shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []
+    cfg = load(config, flags, [*shorthands, *(set_ or [])])
+    try:
+        validate(cfg, state(ctx).regs)
+    except RegistryError as exc:
+        raise fail(str(exc)) from None
+    run = lazy_entry("minisgl_core.service.launcher:launch", "the service")
+    raise typer.Exit(int(run(cfg, pm=state(ctx).pm) or 0))
+
+
+def tp_worker(
+    ctx: typer.Context,
+    rank: Annotated[int, typer.Option(help="This process's rank (1..tp-1).")],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel ranks in all.")],
+    dist_addr: Annotated[str, typer.Option(help="Rank 0's host (its --dist-addr).")],
+    dist_port: Annotated[int, typer.Option(help="Rank 0's --dist-port.")],
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda (cuda:0) or cuda:N.")] = "cpu",
+    num_threads: Annotated[int | None, typer.Option(help="Torch threads.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the other ranks.")] = 300.0,
+) -> None:
+    """Run one tensor-parallel rank > 0 for a `minisgl launch --tp N` on another host."""
+    from minisgl_core.plugin.model_lookup import ModelNotFoundError, resolve
+
+    try:  # the same plugins' resolvers and models as rank 0's host
+        model = resolve(model, state(ctx).pm)
+    except ModelNotFoundError as exc:
+        raise fail(str(exc), 1) from None
+    run = lazy_entry("minisgl_core.service.tp_worker:worker_command", "tensor parallelism")
+    run(model.path, model.model_class, rank, tp, dist_addr, dist_port, device=device,
+        num_threads=num_threads, timeout_s=timeout)
