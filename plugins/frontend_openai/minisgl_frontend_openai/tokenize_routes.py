@@ -19,7 +19,7 @@ from minisgl_core.wire.schema import GenerateRequest
 from minisgl_frontend_openai.body import Strict, parse
 from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.messages import Message, chat_messages
-from minisgl_frontend_openai.schemas import MAX_TOKEN_ID
+from minisgl_frontend_openai.schemas import MAX_TOKEN_ID, template_kwargs_json
 from minisgl_frontend_openai.tools import tool_request
 
 MAX_DETOKENIZE = 1 << 20  # ids in one /detokenize call (the body limit caps it sooner)
@@ -35,6 +35,7 @@ class TokenizeRequest(Strict):
     add_generation_prompt: bool = True
     return_token_strs: bool = False
     tools: list[Any] | None = None  # rendered as a chat completion with these tools would be
+    chat_template_kwargs: dict[str, Any] | None = None  # as a chat completion's
 
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -115,7 +116,8 @@ def _encode(role: Any, req: TokenizeRequest, owner: str) -> tuple[int, ...]:
         tools = tool_request({"tools": req.tools})
         gen = GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
                               messages=chat_messages(req.messages or []),
-                              tools=tools.template_json if tools else None)
+                              tools=tools.template_json if tools else None,
+                              chat_template_kwargs=template_kwargs_json(req.chat_template_kwargs))
         ids = role.encode(gen, add_generation_prompt=req.add_generation_prompt)
         if req.add_special_tokens and role.tokenizer.bos_token_id is not None:
             ids = (role.tokenizer.bos_token_id, *ids)
