@@ -57,6 +57,7 @@ MOVED_MODULES: dict[str, str] = {
     "minisgl_core.engine.bench_prefix": "minisgl_core.bench.prefix_cache",
     "minisgl_core.engine.tp_local": "minisgl_core.service.tp_local",
     "minisgl_core.engine.scheduler": "minisgl_core.engine.batching",
+    "minisgl_core.engine.convert": "minisgl_core.store.convert",  # the model store's package
 }
 
 # "old.module:Name" -> "new.module:NewName"; wins over MOVED_MODULES for that name
@@ -79,6 +80,17 @@ MOVED_NAMES: dict[str, str] = {
     "minisgl_core.cli:bench_transport": "minisgl_core.cli.bench_commands:bench_transport",
     "minisgl_core.cli:bench_offline": "minisgl_core.cli.bench_commands:bench_offline",
     "minisgl_core.cli:bench_quality": "minisgl_core.cli.bench_commands:bench_quality",
+    # the model store left the engine (engine/ is the compute only)
+    "minisgl_core.engine.weights:DEFAULT_PACKAGE":
+        "minisgl_core.store.default_model:DEFAULT_PACKAGE",
+    "minisgl_core.engine.weights:DEFAULT_MODULE": "minisgl_core.store.default_model:DEFAULT_MODULE",
+    "minisgl_core.engine.weights:find_default_gguf":
+        "minisgl_core.store.default_model:find_default_gguf",
+    "minisgl_core.engine.weights:ensure_default_model":
+        "minisgl_core.store.default_model:ensure_default_model",
+    "minisgl_core.engine.weights:DEFAULT_NAME": "minisgl_core.store.naming:DEFAULT_NAME",
+    "minisgl_core.engine.weights:MARKER": "minisgl_core.store.naming:MARKER",
+    "minisgl_core.engine.weights:model_name_of": "minisgl_core.store.naming:model_name_of",
 }
 
 PUBLIC_MODULE = "minisgl_core.api"  # where a moved public name is best imported from

@@ -54,20 +54,23 @@ class LLM:
     With ``tp`` > 1 the model is split over ``tp`` ranks: this process is rank 0 and the others
     run as ``minisgl tp-worker`` subprocesses until ``close()`` (or the end of a ``with``).
     The model is found as the service finds it: the plugins' resolvers and model classes
-    (installed ones, ``MINISGL_PLUGINS`` and ``plugins``) come first, then the core's.
+    (installed ones, ``MINISGL_PLUGINS`` and ``plugins``) come first, then the core's, which
+    takes a directory, a ``.gguf`` file or a Hub id (``revision``, ``gguf_file`` as in
+    ``minisgl launch``).
     """
 
     def __init__(self, model: str | None = None, dtype: str = "float32",
                  num_pages: int | None = None, page_size: int = 16,
                  max_seq_len_override: int | None = None, tp: int = 1,
-                 plugins: Sequence[str | object] = (), **options: Any) -> None:
+                 plugins: Sequence[str | object] = (), revision: str | None = None,
+                 gguf_file: str | None = None, **options: Any) -> None:
         from minisgl_core.plugin.loading import build_manager, loaded_module_names
         from minisgl_core.plugin.model_lookup import resolve
 
         # the service's plugins: entry points, MINISGL_PLUGINS and ``plugins`` (module names or
         # objects) resolve the model and provide its class, here and on every tp rank
         pm = build_manager(extra=list(plugins))
-        resolved = resolve(model, pm)
+        resolved = resolve(model, pm, revision=revision, gguf_file=gguf_file)
         config = EngineConfig(model=resolved.path, dtype=dtype, num_pages=num_pages,
                               page_size=page_size, max_seq_len_override=max_seq_len_override,
                               **options)

@@ -27,6 +27,9 @@ class StructuredOutput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     kind: StructuredKind
     spec: str = ""
+    # token ids the output produces before the grammar applies (the end of a reasoning block,
+    # set by the tokenizer process under --reasoning-parser); empty: from the first token
+    wait_for: tuple[int, ...] = ()
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -228,10 +228,12 @@ def test_trace_env_prints_every_hook_call(monkeypatch, capsys) -> None:
     for name in list(pm.origins):  # only our resolver answers below
         pm.unregister(name=name)
     pm.register(Resolver(), name="resolver")
-    assert pm.hook.minisgl_resolve_model(spec="tiny") == "/models/tiny"
+    assert pm.hook.minisgl_resolve_model(spec="tiny", revision=None, gguf_file=None,
+                                         architectures=None) == "/models/tiny"
     err = capsys.readouterr().err
     assert "minisgl: hook minisgl_register_transports(register) -> core.inproc" in err
-    assert "minisgl: hook minisgl_resolve_model(spec) -> resolver" in err
+    assert ("minisgl: hook minisgl_resolve_model(spec, revision, gguf_file, architectures) "
+            "-> resolver") in err
     assert "minisgl: hook minisgl_resolve_model returned '/models/tiny'" in err
 
 

@@ -22,7 +22,7 @@ from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.offline import OfflineEngine
 from minisgl_core.bench.peers import PEERS, build_specs, check_names, start_peer, tree_rss_mb
 from minisgl_core.bench.serve import run_serve
-from minisgl_core.engine.weights import model_name_of
+from minisgl_core.store.naming import model_name_of
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
 

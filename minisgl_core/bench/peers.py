@@ -91,7 +91,7 @@ def hf_model_dir(model_dir: Path, out_root: Path | None = None) -> Path:
     """An HF-format copy of a converted model directory that other engines load: the weights
     and tokenizer linked, config.json with ``architectures`` and the older ``rope_theta`` /
     ``torch_dtype`` keys, a tokenizer_config.json any transformers version reads."""
-    from minisgl_core.engine.weights import cache_dir
+    from minisgl_core.store.paths import cache_dir
 
     out = (out_root or cache_dir() / "peers") / f"{model_dir.name}-hf"
     out.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,8 @@ def command_spec(text: str) -> PeerSpec:
 
 def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str) -> list[PeerSpec]:
     """The peers to start, in order; fails before anything starts if one is not installed."""
-    from minisgl_core.engine.weights import find_default_gguf, model_name_of
+    from minisgl_core.store.default_model import find_default_gguf
+    from minisgl_core.store.naming import model_name_of
 
     specs = []
     for name in check_names(names):
@@ -266,7 +267,7 @@ def start_peer(spec: PeerSpec, log_dir: Path) -> ServiceUnderTest:
 
 def _prepare() -> None:
     """`python -m minisgl_core.bench.peers prepare`: print the HF-format default model's path."""
-    from minisgl_core.engine.weights import ensure_default_model
+    from minisgl_core.store.default_model import ensure_default_model
 
     print(hf_model_dir(ensure_default_model()))
 

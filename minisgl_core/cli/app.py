@@ -14,6 +14,7 @@ from minisgl_core.bench.serve import serve_command
 from minisgl_core.cli import bench_commands, launch_commands
 from minisgl_core.cli.common import ConfigOpt, JsonOpt, Plugins, SetOpt, load, state
 from minisgl_core.cli.keys import keys_app
+from minisgl_core.cli.models import app as models_app
 from minisgl_core.config.dump import to_json, to_toml
 from minisgl_core.plugin.listing import as_json, as_table, roles_table
 from minisgl_core.plugin.loading import (
@@ -138,6 +139,7 @@ def make_app(
     bench_app.command("compare")(compare_command)
     app.add_typer(bench_app, name="bench")
     app.add_typer(keys_app, name="keys")
+    app.add_typer(models_app, name="models")
     if plugin_commands:
         add_plugin_commands(app, state)
     return app

@@ -36,7 +36,13 @@ def launch(
     frontend: Annotated[
         list[str] | None, typer.Option(help="Frontend(s) to serve: openai, grpc or both (a,b).")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model: a directory, a .gguf file or a Hub id (ORG/NAME); unset: the default.")
+    ] = None,
+    revision: Annotated[str | None, typer.Option(
+        help="Of a Hub model: a branch, tag or commit (default: main).")] = None,
+    gguf_file: Annotated[str | None, typer.Option(
+        help="Serve this GGUF file of the Hub repo (or directory) in --model.")] = None,
     served_model_name: Annotated[str | None, typer.Option(
         help="NAME[,ALIAS...]: the names clients use in `model` (the first is reported).")] = None,
     host: Annotated[str | None, typer.Option(
@@ -70,18 +76,23 @@ def launch(
              "[roles.scheduler.NAME].")] = None,
     quantization: Annotated[str | None, typer.Option(
         help="int8: int8 weights and per-token int8 inputs (LM head, q/k/v kept fp32).")] = None,
+    reasoning_parser: Annotated[str | None, typer.Option(
+        help="qwen3 or deepseek_r1: a chat answer's <think> block goes to reasoning_content."
+    )] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
     flags = {
         "transport": transport, "frontends": ",".join(frontend) if frontend else None,
-        "model": model, "served_model_name": served_model_name, "host": host, "port": port,
+        "model": model, "revision": revision, "gguf_file": gguf_file,
+        "served_model_name": served_model_name, "host": host, "port": port,
         "dtype": dtype,
         "num_pages": num_pages, "page_size": page_size,
         "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
+        "reasoning_parser": reasoning_parser,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

@@ -45,7 +45,9 @@ class LaunchConfig:
 
     transport: str = "zmq"
     frontends: tuple[str, ...] = ("openai",)
-    model: str | None = None  # None = the default model
+    model: str | None = None  # None = the default model; a directory, a .gguf file, ORG/NAME
+    revision: str | None = None  # of a Hub model: a branch, tag or commit (None: main)
+    gguf_file: str | None = None  # a GGUF file of the Hub repo (or directory) in ``model``
     served_model_name: tuple[str, ...] = ()  # names clients may use (the first is reported)
     dtype: str = "float32"
     device: str = "cpu"
@@ -62,6 +64,7 @@ class LaunchConfig:
     dist_port: int = 0  # its port; 0 = a free one (only when every rank is local)
     cache: str = "radix"
     quantization: str | None = None  # "int8": int8 weights and inputs (docs/benchmarks.md)
+    reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content
     log_level: str = "info"
     ready_timeout_s: float = 300.0
     transports: Tables = field(default_factory=dict)
@@ -104,6 +107,13 @@ class LaunchConfig:
             if getattr(self, name) not in allowed:
                 return (f'{name} must be one of {", ".join(allowed)}, got "{getattr(self, name)}";'
                         f"{suggest(getattr(self, name), list(allowed))}")
+        if self.reasoning_parser is not None:
+            from minisgl_core.text.reasoning import parser_names
+
+            if self.reasoning_parser not in parser_names():
+                return (f'reasoning_parser must be one of {", ".join(parser_names())}, got '
+                        f'"{self.reasoning_parser}";'
+                        f"{suggest(self.reasoning_parser, parser_names())}")
         problem = self._tp_problem()
         if problem:
             return problem

@@ -1,4 +1,4 @@
-"""Default plugin: the model architectures the engine ships (Llama, Qwen2, Qwen3)."""
+"""Default plugin: the model architectures the engine ships (Llama, Qwen2, Qwen3, Gemma 3)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "minisgl_core.engine.models.llama:LlamaForCausalLM",
     "Qwen2ForCausalLM": "minisgl_core.engine.models.qwen2:Qwen2ForCausalLM",
     "Qwen3ForCausalLM": "minisgl_core.engine.models.qwen3:Qwen3ForCausalLM",
+    "Gemma3ForCausalLM": "minisgl_core.engine.models.gemma3:Gemma3ForCausalLM",
 }
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.service.spec import RoleContext
+from minisgl_core.store.naming import model_name_of
 from minisgl_core.wire.schema import PromptLogprobs, SamplingParams, TokenLogprob
 
 DEFAULT_PAGE_SIZE = 16
@@ -198,4 +199,4 @@ def make_synthetic(context: RoleContext) -> SyntheticScheduler:
         vocab_size=vocab, max_seq_len=spec.max_context, eos_token_ids=eos,
         num_pages=cfg.num_pages, page_size=cfg.page_size or DEFAULT_PAGE_SIZE,
         max_running_requests=cfg.max_running_requests or DEFAULT_MAX_RUNNING,
-        tokens_per_s=rate, model_name=Path(spec.model_dir).name)
+        tokens_per_s=rate, model_name=model_name_of(Path(spec.model_dir)))

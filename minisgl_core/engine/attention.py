@@ -9,7 +9,7 @@ request with ``start`` cached tokens sits at position start + i and sees keys 0.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,8 @@ class GroupMeta:
     mask: torch.Tensor | None  # [B, 1, q_len, kv_len] bool (True = attend); None = all visible
     q_pad: torch.Tensor | None  # [B * q_len] packed row of each padded query (None: no padding)
     q_unpad: torch.Tensor | None  # [T_group] padded position of each packed row
-    fresh_causal: bool  # one sequence, nothing cached: attend over the new k/v with is_causal
+    fresh_causal: bool  # one sequence, nothing cached: attend over the new k/v (causal, or
+    # ``mask`` when set: a sliding window's)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class AttentionMetadata:
     num_decode: int  # the first num_decode rows are decode tokens
     decode: GroupMeta | None
     prefill: GroupMeta | None
+    # the same step seen by sliding-window layers, by window (built once, by windowed())
+    windows: dict[int, AttentionMetadata] = field(default_factory=dict, compare=False,
+                                                 repr=False)
 
 
 def _slots(pages: Sequence[int], start: int, stop: int, page_size: int) -> list[int]:
@@ -140,10 +144,51 @@ def _gathered(cache: torch.Tensor, index: torch.Tensor, out: torch.Tensor, b: in
     return out.view(b, length, *out.shape[1:]).transpose(1, 2)
 
 
+def windowed(meta: AttentionMetadata, window: int) -> AttentionMetadata:
+    """The step as a sliding-window layer sees it: each query at position p attends to the keys
+    at positions p - window + 1 .. p (as transformers' sliding-window mask), and a decode row
+    gathers only those, not the whole context. Built once per step and window."""
+    if window not in meta.windows:
+        nd = meta.num_decode
+        decode = None if meta.decode is None else _windowed_decode(
+            meta.decode, meta.positions[:nd], window)
+        prefill = None if meta.prefill is None else _windowed_prefill(
+            meta.prefill, meta.positions[nd:], window)
+        meta.windows[window] = AttentionMetadata(meta.positions, meta.out_slots, nd, decode,
+                                                 prefill)
+    return meta.windows[window]
+
+
+def _windowed_decode(g: GroupMeta, positions: torch.Tensor, window: int) -> GroupMeta:
+    if g.kv_len <= window:  # every key is inside the window
+        return g
+    dev = positions.device
+    keys = positions.unsqueeze(1) - window + 1 + torch.arange(window, device=dev)  # [B, W]
+    slots = g.kv_index.view(g.batch, g.kv_len).gather(1, keys.clamp(min=0))
+    return GroupMeta(g.batch, 1, window, slots.flatten(), (keys >= 0)[:, None, None, :], None,
+                     None, False)
+
+
+def _windowed_prefill(g: GroupMeta, positions: torch.Tensor, window: int) -> GroupMeta:
+    if g.kv_len <= window:  # no query is more than a window past any of its keys
+        return g
+    qpos = positions.unsqueeze(0) if g.q_pad is None else positions.index_select(
+        0, g.q_pad).view(g.batch, g.q_len)  # [B, Lq] (padding rows: any position)
+    keys = torch.arange(g.kv_len, device=positions.device)
+    near = keys.view(1, 1, -1) > qpos.unsqueeze(-1) - window  # [B, Lq, Lk]
+    seen = keys.view(1, 1, -1) <= qpos.unsqueeze(-1)
+    mask = (near & seen).unsqueeze(1)  # [B, 1, Lq, Lk]
+    if g.mask is not None:
+        mask = mask & g.mask
+    return GroupMeta(g.batch, g.q_len, g.kv_len, g.kv_index, mask, g.q_pad, g.q_unpad,
+                     g.fresh_causal)
+
+
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                     v_cache: torch.Tensor, meta: AttentionMetadata,
-                    ws: Workspace) -> torch.Tensor:
-    """``q [T, Hq, D]``, new ``k, v [T, Hkv, D]`` (already stored) -> ``[T, Hq * D]``."""
+                    ws: Workspace, scale: float | None = None) -> torch.Tensor:
+    """``q [T, Hq, D]``, new ``k, v [T, Hkv, D]`` (already stored) -> ``[T, Hq * D]``;
+    ``scale`` multiplies q·k (None: 1 / sqrt(D)). ``windowed(meta, w)`` for a sliding layer."""
     t, hq, d = q.shape
     q = q.contiguous()  # a strided q (a slice of the fused q|k rows) sends SDPA down a slow path
     outs: list[torch.Tensor] = []
@@ -154,21 +199,23 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
         keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
         vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
         o = F.scaled_dot_product_attention(q[:nd].unsqueeze(2), keys, vals, attn_mask=g.mask,
-                                           enable_gqa=True)  # [Bd, Hq, 1, D]
+                                           enable_gqa=True, scale=scale)  # [Bd, Hq, 1, D]
         outs.append(o.view(nd, hq * d))
     if meta.prefill is not None:
-        outs.append(_prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta.prefill, ws))
+        outs.append(_prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta.prefill, ws,
+                                       scale))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        k_cache: torch.Tensor, v_cache: torch.Tensor, g: GroupMeta,
-                       ws: Workspace) -> torch.Tensor:
+                       ws: Workspace, scale: float | None) -> torch.Tensor:
     tp, hq, d = q.shape
     if g.fresh_causal:  # [1, H, n, D] straight from the new rows
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                           v.transpose(0, 1)[None], is_causal=True,
-                                           enable_gqa=True)
+                                           v.transpose(0, 1)[None], attn_mask=g.mask,
+                                           is_causal=g.mask is None, enable_gqa=True,
+                                           scale=scale)
         return o[0].transpose(0, 1).reshape(tp, hq * d)
     kb, vb = ws.buffers(g.batch * g.kv_len)
     keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
@@ -178,6 +225,7 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     else:
         qp = q.reshape(tp, hq * d).index_select(0, g.q_pad)
         qp = qp.view(g.batch, g.q_len, hq, d).transpose(1, 2)  # [B, Hq, Lq, D]
-    o = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=g.mask, enable_gqa=True)
+    o = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=g.mask, enable_gqa=True,
+                                       scale=scale)
     o = o.transpose(1, 2).reshape(g.batch * g.q_len, hq * d)
     return o if g.q_unpad is None else o.index_select(0, g.q_unpad)

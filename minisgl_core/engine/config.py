@@ -82,6 +82,8 @@ class ModelConfig:
     mlp_bias: bool
     rope_scaling: dict[str, Any] | None = None
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    # the whole config.json, for what one architecture alone reads (Gemma 3's layer types...)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_dir(cls, path: Path) -> ModelConfig:
@@ -115,6 +117,7 @@ class ModelConfig:
             mlp_bias=bool(raw.get("mlp_bias", False)),
             rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
             eos_token_ids=_as_id_set(raw.get("eos_token_id")),
+            raw=raw,
         )
 
 

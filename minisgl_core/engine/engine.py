@@ -31,8 +31,9 @@ from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.stopping import finish_reason, stop_window
-from minisgl_core.engine.weights import Checkpoint, model_name_of, release_freed_memory
+from minisgl_core.engine.weights import load_weights, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
+from minisgl_core.store.naming import model_name_of
 
 if TYPE_CHECKING:
     from minisgl_core.engine.parallel import TensorParallel
@@ -106,7 +107,7 @@ class Engine:
             extra["quantization"] = config.quantization
         self.model = model_class(cfg, dtype=self.dtype, device=self.device,
                                  max_seq_len=self.max_seq_len, **extra)
-        self.model.load_weights(Checkpoint(path))
+        self.load_report = load_weights(self.model, path, self.dtype)
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
         self.eos_token_ids = eos_token_ids(path, self.tokenizer, cfg)

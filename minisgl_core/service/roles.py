@@ -35,7 +35,8 @@ def make_tokenizer(context: RoleContext) -> Tokenizer:
     _one_thread()
     from minisgl_core.text.tokenize import TokenizerRole
 
-    return TokenizerRole(context.spec.model_dir, context.spec.max_context)
+    return TokenizerRole(context.spec.model_dir, context.spec.max_context,
+                         reasoning_parser=getattr(context.spec.config, "reasoning_parser", None))
 
 
 def make_detokenizer(context: RoleContext) -> Detokenizer:

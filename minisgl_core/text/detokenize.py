@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from minisgl_core.text.incremental import Decode, IncrementalDetokenizer, StopCutter
+from minisgl_core.text.reasoning import ReasoningSplitter, syntax_of
 from minisgl_core.wire.schema import (
     DetokenizeInfo,
     ErrorInfo,
@@ -27,12 +28,14 @@ MAX_TOMBSTONES = 65536
 class _Request:
     """One live request: where its text goes and how far it has been turned into text."""
 
-    __slots__ = ("owner", "detok", "stop", "unsent_ids", "unsent_logprobs")
+    __slots__ = ("owner", "detok", "stop", "reasoning", "unsent_ids", "unsent_logprobs")
 
-    def __init__(self, owner: str, detok: IncrementalDetokenizer, stop: StopCutter | None):
+    def __init__(self, owner: str, detok: IncrementalDetokenizer, stop: StopCutter | None,
+                 reasoning: ReasoningSplitter | None = None):
         self.owner = owner
         self.detok = detok
         self.stop = stop
+        self.reasoning = reasoning  # splits a chat answer's text under --reasoning-parser
         self.unsent_ids: list[int] = []  # ids not yet carried by any TextDelta
         self.unsent_logprobs: list[TextLogprob] = []  # theirs, when the request asked
 
@@ -112,7 +115,10 @@ class DetokenizerRole:
             log.warning("request %s: ignoring an undecodable prompt tail (%r)", rid, exc)
             detok = IncrementalDetokenizer(decode, (), max_hold=self._max_hold,
                                            window=self._window)
-        state = _Request(info.owner, detok, StopCutter(info.stop) if info.stop else None)
+        splitter = None if info.reasoning_parser is None else ReasoningSplitter(
+            syntax_of(info.reasoning_parser), info.reasoning_open)
+        state = _Request(info.owner, detok, StopCutter(info.stop) if info.stop else None,
+                         splitter)
         self._states[rid] = state
         return state
 
@@ -125,16 +131,19 @@ class DetokenizerRole:
     def _step(self, state: _Request, delta: TokenDelta) -> TextDelta | None:
         prompt = self._prompt_logprobs(delta.prompt_logprobs)
         text = self._text(state, delta.token_ids)
+        reasoning = ""
+        if state.reasoning is not None and text:
+            reasoning, text = state.reasoning.feed(text)
         state.unsent_ids.extend(delta.token_ids)
         state.unsent_logprobs.extend(self._logprobs(delta))
-        if not text:  # nothing to show yet; the ids ride on the next delta, the prompt not
+        if not text and not reasoning:  # nothing to show yet; the ids ride on the next delta
             return None if prompt is None else TextDelta(request_id=delta.request_id,
                                                          prompt_logprobs=prompt)
         ids, logprobs = tuple(state.unsent_ids), tuple(state.unsent_logprobs)
         state.unsent_ids.clear()
         state.unsent_logprobs.clear()
         return TextDelta(request_id=delta.request_id, text=text, token_ids=ids, logprobs=logprobs,
-                         prompt_logprobs=prompt)
+                         prompt_logprobs=prompt, reasoning=reasoning)
 
     def _prompt_logprobs(self, p: PromptLogprobs | None) -> TextPromptLogprobs | None:
         """The prompt decoded once, and each of its tokens (and alternatives) decoded alone."""
@@ -160,7 +169,7 @@ class DetokenizerRole:
         return text
 
     def _finish(self, rid: str, state: _Request, delta: TokenDelta) -> TextDelta:
-        text, error, reason = "", delta.error, delta.finish_reason
+        text, error, reason, reasoning = "", delta.error, delta.finish_reason, ""
         prompt = None
         try:
             prompt = self._prompt_logprobs(delta.prompt_logprobs)
@@ -173,6 +182,10 @@ class DetokenizerRole:
                 text += state.detok.finish()
             elif stop.matched is None:
                 text += stop.feed(state.detok.finish()) + stop.flush()
+            if state.reasoning is not None:
+                reasoning, text = state.reasoning.feed(text)
+                tail_reasoning, tail = state.reasoning.finish()
+                reasoning, text = reasoning + tail_reasoning, text + tail
         except Exception as exc:
             log.exception("detokenizing the end of request %s failed", rid)
             if error is None:
@@ -190,7 +203,8 @@ class DetokenizerRole:
                          completion_tokens=delta.completion_tokens,
                          cached_tokens=delta.cached_tokens, error=error,
                          logprobs=tuple(logprobs),
-                         prompt_logprobs=prompt if error is None else None)
+                         prompt_logprobs=prompt if error is None else None,
+                         reasoning=reasoning)
 
     def _fail(self, rid: str, state: _Request, delta: TokenDelta, exc: Exception) -> TextDelta:
         """End a request the detokenizer cannot handle: one terminal error delta, state gone."""

@@ -194,10 +194,10 @@ class LightTokenizer:
             raise ValueError("this tokenizer has no chat template")
         if self._compiled is None:
             self._compiled = _compile(self.chat_template)
-        variables = {**self.special_tokens_map, **kwargs}
-        text = self._compiled.render(messages=[dict(m) for m in conversation], tools=None,
-                                     documents=None, add_generation_prompt=add_generation_prompt,
-                                     **variables)
+        # tools=, documents= and chat_template_kwargs (enable_thinking...) as transformers passes
+        variables = {"tools": None, "documents": None, **self.special_tokens_map, **kwargs}
+        text = self._compiled.render(messages=[dict(m) for m in conversation],
+                                     add_generation_prompt=add_generation_prompt, **variables)
         return self.encode(text, add_special_tokens=False) if tokenize else str(text)
 
 

@@ -3,10 +3,14 @@ frontends' /tokenize and /detokenize, answered with the same tokenizer and chat 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from minisgl_core.rejection import RequestRejected
+from minisgl_core.text import reasoning
 from minisgl_core.text.chat_tools import conversation
 from minisgl_core.wire.schema import (
     DetokenizeCall,
@@ -24,6 +28,9 @@ CHAT_ROLES = ("system", "user", "assistant", "tool")
 PROMPT_TAIL = 6
 # Longest piece of user input an error message may quote.
 QUOTE_LIMIT = 40
+# chat_template_kwargs may not set what the request's own fields (or the renderer) set
+RESERVED_TEMPLATE_KWARGS = ("messages", "conversation", "tools", "documents",
+                            "add_generation_prompt", "tokenize", "continue_final_message")
 
 
 def _quote(value: object) -> str:
@@ -39,7 +46,7 @@ class TokenizerRole:
     """
 
     def __init__(self, model_dir: str | Path, max_context: int, vocab_size: int | None = None,
-                 *, tokenizer: Any = None) -> None:
+                 *, tokenizer: Any = None, reasoning_parser: str | None = None) -> None:
         from minisgl_core.text.hf import eos_token_ids, load_tokenizer
 
         if max_context < 2:
@@ -50,6 +57,11 @@ class TokenizerRole:
         self.vocab_size = int(vocab_size) if vocab_size is not None else len(self.tokenizer)
         self.eos_token_ids: frozenset[int] = eos_token_ids(self.tokenizer, model_dir)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        # chat answers are split into reasoning and content (--reasoning-parser)
+        self.reasoning = None if reasoning_parser is None else reasoning.syntax_of(
+            reasoning_parser)
+        self._reasoning_end_ids: tuple[int, ...] = () if self.reasoning is None else tuple(
+            self.tokenizer.encode(self.reasoning.end, add_special_tokens=False))
 
     def close(self) -> None:
         """Nothing to release: the tokenizer is plain memory."""
@@ -59,7 +71,7 @@ class TokenizerRole:
         info = DetokenizeInfo(owner=req.owner, stop=req.sampling.stop,
                               skip_special_tokens=req.sampling.skip_special_tokens)
         try:
-            ids, param = self._prompt_ids(req)
+            ids, param, chat_text = self._prompt_ids(req)
             self._check_length(len(ids), req.sampling, param)
         except RequestRejected as exc:
             return self._reject(req, info, exc.info())
@@ -69,7 +81,17 @@ class TokenizerRole:
         tail = ids[-PROMPT_TAIL:]
         info = DetokenizeInfo(owner=req.owner, prompt_tail_ids=tail, stop=req.sampling.stop,
                               skip_special_tokens=req.sampling.skip_special_tokens)
-        return TokenizedRequest(request_id=req.request_id, prompt_ids=ids, sampling=req.sampling,
+        sampling = req.sampling
+        if self.reasoning is not None and chat_text is not None:  # chat answers only
+            state = reasoning.prompt_state(chat_text, self.reasoning)
+            info = msgspec.structs.replace(
+                info, reasoning_parser=self.reasoning.name,
+                reasoning_open=reasoning.begins_inside(state, self.reasoning))
+            if sampling.structured is not None and state != "closed":
+                # the grammar constrains the answer, after the reasoning (as vLLM does)
+                sampling = msgspec.structs.replace(sampling, structured=msgspec.structs.replace(
+                    sampling.structured, wait_for=self._reasoning_end_ids))
+        return TokenizedRequest(request_id=req.request_id, prompt_ids=ids, sampling=sampling,
                                 detokenize=info, arrival_time=req.arrival_time)
 
     def encode(self, req: GenerateRequest, *, add_generation_prompt: bool = True
@@ -77,7 +99,7 @@ class TokenizerRole:
         """The prompt ids ``tokenize`` would send for ``req`` (its length unchecked); raises
         RequestRejected."""
         if req.messages is not None and req.prompt is None and req.token_ids is None:
-            return self._chat_ids(req, add_generation_prompt=add_generation_prompt)
+            return self._chat_ids(req, add_generation_prompt=add_generation_prompt)[0]
         return self._prompt_ids(req)[0]
 
     def tokenize_call(self, call: TokenizeCall) -> TokenizerReply:
@@ -110,7 +132,8 @@ class TokenizerRole:
         return TokenizedRequest(request_id=req.request_id, prompt_ids=(), sampling=req.sampling,
                                 detokenize=info, arrival_time=req.arrival_time, error=error)
 
-    def _prompt_ids(self, req: GenerateRequest) -> tuple[tuple[int, ...], str]:
+    def _prompt_ids(self, req: GenerateRequest) -> tuple[tuple[int, ...], str, str | None]:
+        """The prompt ids, the request field they came from, and a chat's rendered text."""
         given = [name for name in ("prompt", "messages", "token_ids")
                  if getattr(req, name) is not None]
         if len(given) != 1:
@@ -122,13 +145,15 @@ class TokenizerRole:
             ids = tuple(self.tokenizer.encode(req.prompt, add_special_tokens=True))
             if not ids:
                 raise RequestRejected("the prompt has no tokens", param="prompt")
-            return ids, "prompt"
+            return ids, "prompt", None
         if req.messages is not None:
-            return self._chat_ids(req), "messages"
-        return self._check_ids(req.token_ids or ()), "prompt"
+            ids, text = self._chat_ids(req)
+            return ids, "messages", text
+        return self._check_ids(req.token_ids or ()), "prompt", None
 
     def _chat_ids(self, req: GenerateRequest, *, add_generation_prompt: bool = True
-                  ) -> tuple[int, ...]:
+                  ) -> tuple[tuple[int, ...], str]:
+        """The chat prompt's ids and the text the template rendered."""
         messages = req.messages or ()
         if not messages:
             raise RequestRejected("messages must not be empty", param="messages")
@@ -140,9 +165,11 @@ class TokenizerRole:
         if not self.has_chat_template:
             raise RequestRejected("this model has no chat template; send a prompt instead",
                                   param="messages")
+        extra = self._template_kwargs(req.chat_template_kwargs)
         try:
             turns, tools = conversation(messages, req.tools, self.tokenizer.chat_template)
-            extra = {} if tools is None else {"tools": tools}
+            if tools is not None:
+                extra["tools"] = tools
             text = self.tokenizer.apply_chat_template(
                 turns, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
         except Exception as exc:  # jinja errors, raise_exception() in the template
@@ -153,7 +180,25 @@ class TokenizerRole:
         ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
         if not ids:
             raise RequestRejected("the chat template produced an empty prompt", param="messages")
-        return ids
+        return ids, text
+
+    def _template_kwargs(self, raw: str | None) -> dict[str, Any]:
+        """``chat_template_kwargs`` (JSON object text) as the template's extra variables."""
+        if not raw:
+            return {}
+        try:
+            kwargs = json.loads(raw)
+        except ValueError:
+            raise RequestRejected("chat_template_kwargs must be a JSON object",
+                                  param="chat_template_kwargs") from None
+        if not isinstance(kwargs, dict):
+            raise RequestRejected("chat_template_kwargs must be an object",
+                                  param="chat_template_kwargs")
+        reserved = sorted(k for k in kwargs if k in RESERVED_TEMPLATE_KWARGS)
+        if reserved:
+            raise RequestRejected(f"chat_template_kwargs may not set {', '.join(reserved)} (the "
+                                  f"request's own fields do)", param="chat_template_kwargs")
+        return kwargs
 
     def _check_ids(self, token_ids: tuple[int, ...]) -> tuple[int, ...]:
         if not token_ids:

@@ -54,6 +54,8 @@ class GenerateRequest(msgspec.Struct, frozen=True, tag="generate"):
     token_ids: tuple[int, ...] | None = None
     arrival_time: float = 0.0
     tools: str | None = None  # the OpenAI ``tools`` list as JSON text, for the chat template
+    # extra variables of the chat template (``{"enable_thinking": false}``) as a JSON object
+    chat_template_kwargs: str | None = None
 
 
 class TokenizeCall(msgspec.Struct, frozen=True, tag="tokenize"):
@@ -101,6 +103,8 @@ class DetokenizeInfo(msgspec.Struct, frozen=True):
     prompt_tail_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()
     skip_special_tokens: bool = True
+    reasoning_parser: str | None = None  # split the text into reasoning and content (chat)
+    reasoning_open: bool = False  # the output starts inside a reasoning block
 
 
 class TokenizedRequest(msgspec.Struct, frozen=True, tag="tokenized"):
@@ -160,7 +164,10 @@ class TextPromptLogprobs(msgspec.Struct, frozen=True):
 
 
 class TextDelta(msgspec.Struct, frozen=True):
-    """New text of one request; exactly one delta per request carries a finish_reason."""
+    """New text of one request; exactly one delta per request carries a finish_reason.
+
+    Under a reasoning parser ``text`` is the answer's content and ``reasoning`` its reasoning.
+    """
 
     request_id: str
     text: str = ""
@@ -172,6 +179,7 @@ class TextDelta(msgspec.Struct, frozen=True):
     error: ErrorInfo | None = None
     logprobs: tuple[TextLogprob, ...] = ()  # one per token id, when the request asked
     prompt_logprobs: TextPromptLogprobs | None = None  # on the first delta, when asked
+    reasoning: str = ""  # new reasoning text (a ``<think>`` block), under a reasoning parser
 
 
 class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):

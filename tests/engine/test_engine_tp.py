@@ -25,7 +25,7 @@ def test_tp_larger_than_kv_heads_is_refused() -> None:
         shard(4, 2, 128, 3, 0)
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])  # biases; q/k norms (llama: below)
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3"])  # biases; q/k norms; windows
 def test_tp2_equals_tp1(tiny_models: dict[str, Path], arch: str) -> None:
     opts = {"num_threads": 1, "max_prefill_tokens": 48, "num_pages": 64}
     want, _ = generate(str(tiny_models[arch]), PROMPTS, 16, **opts)

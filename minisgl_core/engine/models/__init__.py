@@ -1,4 +1,4 @@
-"""The model architectures the engine ships (Llama, Qwen2, Qwen3).
+"""The model architectures the engine ships (Llama, Qwen2, Qwen3, Gemma 3).
 
 They are registered like any plugin's, by ``default_plugins/models.py`` through the
 ``minisgl_register_models`` hook; ``minisgl_core.plugin.model_lookup.model_class`` picks the

@@ -131,7 +131,8 @@ class DecoderForCausalLM:
             t = t[rows[0]:rows[1]]
         if cols is not None:
             t = t[:, cols[0]:cols[1]]
-        return t.to(self.device, self.dtype).contiguous()
+        # moved as stored (bf16 / fp16 moves half the bytes), then converted where it computes
+        return t.to(self.device).to(self.dtype).contiguous()
 
     def _cat(self, ckpt: Checkpoint, names: list[str],
              rows: list[tuple[int, int] | None]) -> torch.Tensor | None:

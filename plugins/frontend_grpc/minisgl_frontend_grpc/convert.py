@@ -102,7 +102,26 @@ def to_core_request(request: Any, *, model_name: str, owner: str
         messages=messages,
         token_ids=token_ids,
         tools=tools.template_json if tools is not None else None,
+        chat_template_kwargs=_template_kwargs(request),
     ), tools
+
+
+def _template_kwargs(request: Any) -> str | None:
+    """``chat_template_kwargs`` (a JSON object, chats only), checked; None when empty."""
+    raw = request.chat_template_kwargs
+    if not raw:
+        return None
+    try:
+        kwargs = json.loads(raw)
+    except ValueError:
+        kwargs = None
+    if not isinstance(kwargs, dict):
+        raise RequestRejected("chat_template_kwargs must be a JSON object",
+                              param="chat_template_kwargs")
+    if not request.messages:
+        raise RequestRejected("chat_template_kwargs needs messages (a chat)",
+                              param="chat_template_kwargs")
+    return raw
 
 
 def to_tool_request(request: Any) -> ToolRequest | None:

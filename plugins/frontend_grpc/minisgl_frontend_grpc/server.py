@@ -100,10 +100,11 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
                     await self._finish(rid, delta, answer, context)
                     return
                 text = delta.text if answer is None else answer.content(delta.text, last=False)
-                if text or delta.token_ids or delta.prompt_logprobs:  # else says nothing
+                if text or delta.reasoning or delta.token_ids or delta.prompt_logprobs:
                     await context.write(pb2.GenerateResponse(
                         request_id=rid, text=text, token_ids=delta.token_ids,
-                        logprobs=_logprobs(delta), prompt_logprobs=_prompt_logprobs(delta)))
+                        logprobs=_logprobs(delta), prompt_logprobs=_prompt_logprobs(delta),
+                        reasoning_content=delta.reasoning))
             finished = True  # the engine ended the stream without a terminal delta: a bug
             await context.abort(grpc.StatusCode.INTERNAL,
                                 f"request {rid}: the engine stream ended without a finish reason")
@@ -138,7 +139,7 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
         await context.write(pb2.GenerateResponse(
             request_id=rid, text=text, token_ids=delta.token_ids, finish_reason=reason,
             usage=usage, logprobs=_logprobs(delta), prompt_logprobs=_prompt_logprobs(delta),
-            tool_calls=calls))
+            tool_calls=calls, reasoning_content=delta.reasoning))
 
 
 def _logprobs(delta: TextDelta) -> list[Any]:

@@ -53,7 +53,8 @@ async def chat_completions(request: Request) -> Response:
     engine_requests = [
         GenerateRequest(request_id=f"chatcmpl-{rid}-{j}", owner=client.frontend_id,
                         sampling=for_choice(sampling, j), messages=messages, arrival_time=now,
-                        tools=tools.template_json if tools else None)
+                        tools=tools.template_json if tools else None,
+                        chat_template_kwargs=req.template_kwargs_json())
         for j in range(req.choices_per_prompt)]
     fmt = chat_format(tools, prompt_logprobs=req.prompt_logprobs,
                       response_id=f"chatcmpl-{rid}", model=model, created=int(now),

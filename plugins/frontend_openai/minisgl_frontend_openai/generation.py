@@ -36,6 +36,7 @@ class ChoiceState:
     """What one choice has produced so far."""
 
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)  # under --reasoning-parser
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TextLogprob] = field(default_factory=list)  # when the request asked
     prompt_logprobs: TextPromptLogprobs | None = None  # when the request asked
@@ -105,6 +106,8 @@ class Generation:
             assert isinstance(delta, TextDelta)
             state = self.choices[index]
             state.text.append(delta.text)
+            if delta.reasoning:
+                state.reasoning.append(delta.reasoning)
             state.token_ids.extend(delta.token_ids)
             state.logprobs.extend(delta.logprobs)
             if delta.prompt_logprobs is not None:

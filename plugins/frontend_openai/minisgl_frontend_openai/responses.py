@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from minisgl_core.api import TextDelta, TextLogprob, TextPromptLogprobs
 from minisgl_frontend_openai.generation import ChoiceState, Usage
 
@@ -140,6 +142,25 @@ class ChatFormat(CompletionFormat):
         return {"index": index, "delta": {"content": text}, "logprobs": None,
                 "finish_reason": reason}
 
+    def delta_chunks(self, index: int, delta: TextDelta) -> list[dict[str, Any]]:
+        chunks, rest = self.reasoning_chunks(index, delta)
+        return chunks + super().delta_chunks(index, rest)
+
+    def reasoning_chunks(self, index: int, delta: TextDelta
+                         ) -> tuple[list[dict[str, Any]], TextDelta]:
+        """The chunk of a delta's reasoning (``delta.reasoning_content``, under
+        --reasoning-parser) and the rest of the delta; the chunk carries the delta's ids and
+        logprobs when no other chunk of it will."""
+        if not delta.reasoning:
+            return [], delta
+        choice = {"index": index, "delta": {"reasoning_content": delta.reasoning},
+                  "logprobs": None, "finish_reason": None}
+        rest = msgspec.structs.replace(delta, reasoning="")
+        if not delta.text and delta.finish_reason is None:
+            choice = self._with_ids(choice, delta.token_ids, delta.logprobs)
+            rest = msgspec.structs.replace(rest, token_ids=(), logprobs=())
+        return [self._envelope(self.chunk_object_name, [choice])], rest
+
     def _final_choice(self, index: int, reason: str) -> dict[str, Any]:
         return {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
 
@@ -154,8 +175,17 @@ class ChatFormat(CompletionFormat):
              "finish_reason": None}]) for i in range(n)]
 
     def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
-        return {"index": index, "message": {"role": "assistant", "content": "".join(choice.text)},
-                "logprobs": None, "finish_reason": choice.finish_reason}
+        message = with_reasoning({"role": "assistant", "content": "".join(choice.text)}, choice)
+        return {"index": index, "message": message, "logprobs": None,
+                "finish_reason": choice.finish_reason}
+
+
+def with_reasoning(message: dict[str, Any], choice: ChoiceState) -> dict[str, Any]:
+    """``message`` with the choice's ``reasoning_content``, when it reasoned (a reasoning parser
+    is on); without one the message is as it always was."""
+    if choice.reasoning:
+        message["reasoning_content"] = "".join(choice.reasoning)
+    return message
 
 
 def vllm_prompt_logprobs(p: TextPromptLogprobs, k: int) -> list[dict[str, Any] | None]:

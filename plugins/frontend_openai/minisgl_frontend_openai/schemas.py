@@ -8,6 +8,7 @@ implement, which are rejected unless they carry their neutral value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -53,7 +54,7 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "length_penalty": lambda v: v is None or v == 1, "logits_processors": _empty,
     "regex": _none, "ebnf": _none, "json_schema": _none,
     "add_generation_prompt": lambda v: v is None or v is True, "continue_final_message": _off,
-    "chat_template": _none, "chat_template_kwargs": _empty,
+    "chat_template": _none,
 }
 
 
@@ -194,6 +195,12 @@ class ChatCompletionRequest(_GenerationRequest):
     messages: list[Message]
     logprobs: bool | None = None
     top_logprobs: TopCount | None = None
+    # extra variables of the chat template, e.g. {"enable_thinking": false} (as vLLM)
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def template_kwargs_json(self) -> str | None:
+        """``chat_template_kwargs`` as the JSON text the tokenizer process reads."""
+        return template_kwargs_json(self.chat_template_kwargs)
 
     def top_count(self) -> int | None:
         if not self.logprobs:
@@ -205,6 +212,11 @@ class ChatCompletionRequest(_GenerationRequest):
     def chat_messages(self) -> tuple[ChatMessage, ...]:
         """The conversation as minisgl ChatMessages (content parts joined by newlines)."""
         return chat_messages(self.messages)
+
+
+def template_kwargs_json(kwargs: dict[str, Any] | None) -> str | None:
+    """A request's ``chat_template_kwargs`` as JSON text (None when absent or empty)."""
+    return json.dumps(kwargs, ensure_ascii=False) if kwargs else None
 
 
 Prompt = str | tuple[int, ...]

@@ -19,7 +19,7 @@ from minisgl_core.api import EngineClient, GenerateRequest, SamplingParams, Toke
 from minisgl_frontend_openai.body import Strict, parse
 from minisgl_frontend_openai.errors import bad_request, from_error_info
 from minisgl_frontend_openai.messages import Message, chat_messages
-from minisgl_frontend_openai.schemas import MAX_TOKEN_ID
+from minisgl_frontend_openai.schemas import MAX_TOKEN_ID, template_kwargs_json
 from minisgl_frontend_openai.tools import tool_request
 
 MAX_DETOKENIZE = 1 << 20  # ids in one /detokenize call (the body limit caps it sooner)
@@ -35,6 +35,7 @@ class TokenizeRequest(Strict):
     add_generation_prompt: bool = True
     return_token_strs: bool = False
     tools: list[Any] | None = None  # rendered as a chat completion with these tools would be
+    chat_template_kwargs: dict[str, Any] | None = None  # as a chat completion's
 
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -50,7 +51,9 @@ class TokenizeRequest(Strict):
         tools = tool_request({"tools": self.tools})
         return GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
                                messages=chat_messages(self.messages or []),
-                               tools=tools.template_json if tools else None)
+                               tools=tools.template_json if tools else None,
+                               chat_template_kwargs=template_kwargs_json(
+                                   self.chat_template_kwargs))
 
 
 class DetokenizeRequest(Strict):

