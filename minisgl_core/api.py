@@ -31,6 +31,7 @@ from minisgl_core.interfaces import (
     Sender,
     StepResult,
     Tokenizer,
+    TokenizerCalls,
     Transport,
     TransportFactory,
 )
@@ -49,6 +50,7 @@ from minisgl_core.plugin.model_lookup import (
     resolve,
     resolve_model,
 )
+from minisgl_core.plugin.options import check_port, checked_options
 from minisgl_core.plugin.transport_tcp import (
     NetworkOptions,
     PortRange,
@@ -61,10 +63,12 @@ from minisgl_core.plugin.transport_tcp import (
     write_private,
 )
 from minisgl_core.plugin.transport_util import TransportOptions, check_size
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.sampling import (
     MAX_LOGPROBS,
     PromptLogprobs,
     SamplingParams,
+    StructuredKind,
     StructuredOutput,
     TokenLogprob,
 )
@@ -86,6 +90,7 @@ from minisgl_core.text.tool_parser import collect as collect_tool_calls
 from minisgl_core.version import __version__
 from minisgl_core.wire.schema import (
     ChatMessage,
+    DetokenizeCall,
     DetokenizeInfo,
     ErrorInfo,
     FinishReason,
@@ -95,7 +100,9 @@ from minisgl_core.wire.schema import (
     TextPromptLogprobs,
     TokenBatch,
     TokenDelta,
+    TokenizeCall,
     TokenizedRequest,
+    TokenizerReply,
     ToolCall,
 )
 
@@ -118,22 +125,22 @@ _LAZY = {
 }
 
 __all__ = [
-    # writing a plugin: the marker, what the register hooks hand over, the config
+    # writing a plugin: the marker, what the register hooks hand over, the config, options
     "ROLE_KINDS", "LaunchConfig", "ProcessName", "Register", "RoleKind", "RoleRegister",
-    "Target", "__version__", "hookimpl",
+    "Target", "__version__", "check_port", "checked_options", "hookimpl",
     # the Protocols a plugin implements, and the transport errors
     "AddressInUse", "ChannelClosed", "Detokenizer", "Frontend", "MessageTooLarge",
     "OptionsTable", "Receiver", "Scheduler", "SchedulerStats", "Sender", "StepResult",
-    "Tokenizer", "Transport", "TransportFactory",
+    "Tokenizer", "TokenizerCalls", "Transport", "TransportFactory",
     # the messages and the sampling types
     "MAX_LOGPROBS", "ChatMessage", "DetokenizeInfo", "ErrorInfo", "FinishReason",
-    "GenerateRequest", "PromptLogprobs", "SamplingParams", "StructuredOutput", "TextDelta",
-    "TextLogprob", "TextPromptLogprobs", "TokenBatch", "TokenDelta", "TokenLogprob",
-    "TokenizedRequest", "ToolCall",
-    # frontends: the engine, and tool calls
+    "GenerateRequest", "PromptLogprobs", "SamplingParams", "StructuredKind", "StructuredOutput",
+    "TextDelta", "TextLogprob", "TextPromptLogprobs", "TokenBatch", "TokenDelta", "TokenLogprob",
+    "TokenizedRequest", "ToolCall", "TokenizeCall", "DetokenizeCall", "TokenizerReply",
+    # frontends: the engine, saying no, and tool calls
     "Arguments", "CallStart", "Content", "EngineClient", "EngineOverloaded",
-    "EngineUnavailable", "Event", "ToolCallParser", "ToolRequest", "ToolRequestError",
-    "collect_tool_calls", "tool_request",
+    "EngineUnavailable", "Event", "RequestRejected", "ToolCallParser", "ToolRequest",
+    "ToolRequestError", "collect_tool_calls", "tool_request",
     # roles: what a factory gets, and the core's roles a plugin may wrap
     "DetokenizerRole", "RoleContext", "TokenizerRole", "WorkerSpec", "make_detokenizer",
     "make_scheduler", "make_tokenizer",

@@ -67,6 +67,7 @@ MOVED_NAMES: dict[str, str] = {
     "minisgl_core.config.launch:load_config": "minisgl_core.config.sources:load_config",
     "minisgl_core.config.launch:read_toml": "minisgl_core.config.sources:read_toml",
     "minisgl_core.config.launch:ENV_PREFIX": "minisgl_core.config.sources:ENV_PREFIX",
+    "minisgl_core.config.launch:Merged": "minisgl_core.config.merge:Merged",
     "minisgl_core.service.spec:RoleName": "minisgl_core.interfaces:RoleKind",
     "minisgl_core.runtime.spec:RoleName": "minisgl_core.interfaces:RoleKind",
     "minisgl_core.launcher:STOP_GRACE_S": "minisgl_core.service.running:STOP_GRACE_S",

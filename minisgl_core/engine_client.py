@@ -1,11 +1,12 @@
-"""EngineClient: the one object a frontend talks to (submit, stream, abort, health, metrics)."""
+"""EngineClient: the one object a frontend talks to (submit, stream, abort, tokenize, health,
+metrics, the plugins served)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
 
-from minisgl_core.wire.schema import GenerateRequest, TextDelta
+from minisgl_core.wire.schema import GenerateRequest, TextDelta, TokenizerReply
 
 
 class EngineUnavailable(Exception):
@@ -48,5 +49,26 @@ class EngineClient(Protocol):
     async def abort(self, request_id: str) -> None:
         """Abort a request; idempotent."""
 
+    async def tokenize(self, request: GenerateRequest, *, add_special_tokens: bool | None = None,
+                       add_generation_prompt: bool = True, token_strs: bool = False
+                       ) -> TokenizerReply:
+        """The prompt ids ``request`` would send to the engine, from the tokenizer role (its
+        tokenizer and chat template; nothing is generated).
+
+        ``add_special_tokens`` (None: True for a prompt, False for messages, whose template
+        writes its own), ``add_generation_prompt`` (messages: open the assistant's turn) and
+        ``token_strs`` (also each id's token string) are /tokenize's options. The reply's
+        ``error`` says why not (a rejection: ``invalid_request_error``); EngineUnavailable when
+        the engine is down.
+        """
+
+    async def detokenize(self, token_ids: Sequence[int]) -> TokenizerReply:
+        """``token_ids`` as text (the reply's ``text``; special tokens kept), from the
+        tokenizer role; ``error`` and EngineUnavailable as ``tokenize``."""
+
     def metrics(self) -> dict[str, float]:
         """The latest gauges and counters from the workers (for /metrics)."""
+
+    def plugins(self) -> list[dict[str, Any]]:
+        """The plugins the service runs with, as ``minisgl plugins --json`` lists them (name,
+        dist, version, provides, hooks, status)."""

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, get_args, ru
 
 if TYPE_CHECKING:
     from minisgl_core.wire.schema import (
+        DetokenizeCall,
         GenerateRequest,
         PromptLogprobs,
         SamplingParams,
         TextDelta,
         TokenBatch,
+        TokenizeCall,
         TokenizedRequest,
+        TokenizerReply,
         TokenLogprob,
     )
 
@@ -127,6 +130,22 @@ class Tokenizer(Protocol):
 
 
 @runtime_checkable
+class TokenizerCalls(Protocol):
+    """What a tokenizer role may also answer: ``EngineClient.tokenize`` / ``detokenize`` (the
+    frontends' /tokenize and /detokenize), so no frontend loads a tokenizer of its own.
+
+    Optional: a role without these methods answers each call with an error. Each raises
+    RequestRejected for a call it cannot serve (the loop sends it back as the reply's error).
+    """
+
+    def tokenize_call(self, call: TokenizeCall) -> TokenizerReply:
+        """The prompt ids ``call.request`` would send (and their strings when asked)."""
+
+    def detokenize_call(self, call: DetokenizeCall) -> TokenizerReply:
+        """``call.token_ids`` as text, special tokens kept."""
+
+
+@runtime_checkable
 class Detokenizer(Protocol):
     """The detokenizer role (``--detokenizer NAME``), driven by ``run_detokenizer``."""
 
@@ -146,7 +165,11 @@ class Detokenizer(Protocol):
 
 @runtime_checkable
 class StepResult(Protocol):
-    """What one scheduler step produced for one request (``engine.request.StepOutput``)."""
+    """What one scheduler step produced for one request (``engine.request.StepOutput``).
+
+    It may also have ``error``: a RequestRejected (no tokens, its last result) for a request
+    refused after it was queued, as the engine does when a grammar fails to compile.
+    """
 
     @property
     def request_id(self) -> str: ...
@@ -188,8 +211,9 @@ class SchedulerStats(Protocol):
 class Scheduler(Protocol):
     """The scheduler role (``--scheduler NAME``), driven by ``service.scheduler_loop``.
 
-    ``add_request`` raises for a request that can never run, with ``code`` and ``message``
-    attributes when it is the client's fault (``engine.request.RequestRejected``).
+    ``add_request`` raises ``RequestRejected`` for a request that can never run (the client
+    gets its message, code and param); ``engine.admission.admit`` makes the engine's checks on
+    any ``Limits``. Any other exception fails that request as a server error.
     """
 
     def info(self) -> Mapping[str, str]:
@@ -197,7 +221,7 @@ class Scheduler(Protocol):
 
     def add_request(self, request_id: str, prompt_ids: Sequence[int],
                     sampling: SamplingParams) -> None:
-        """Queue a request."""
+        """Queue a request, or raise RequestRejected keeping nothing of it."""
 
     def abort(self, request_id: str) -> bool:
         """Drop a request and free its pages; False if unknown or already finished."""

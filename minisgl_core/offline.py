@@ -1,9 +1,10 @@
-"""The offline API: ``LLM(model).generate(prompts, SamplingParams(...))`` in one process."""
+"""The offline API: ``LLM(model).generate(prompts, SamplingParams(...))`` in one process, and
+``LLM.stream_chat`` for one conversation's text as it is decoded."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,15 @@ class RequestOutput:
     logprobs: list[TokenLogprob] | None = None  # one per token id, when sampling.logprobs is set
     # one per prompt token (None for the first), when sampling.prompt_logprobs is set
     prompt_logprobs: list[TokenLogprob | None] | None = None
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """New text of a streamed request; the last chunk has ``finish_reason`` set."""
+
+    text: str
+    finish_reason: str | None = None
+    completion_tokens: int = 0  # generated so far
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
@@ -108,13 +118,49 @@ class LLM:
              sampling: SamplingParams | Sequence[SamplingParams] | None = None,
              ) -> list[RequestOutput]:
         """Apply the model's chat template to each conversation, then generate."""
-        items: list[tuple[str | None, list[int]]] = []
-        for messages in messages_list:
-            text = self.tokenizer.apply_chat_template([dict(m) for m in messages],
-                                                      add_generation_prompt=True, tokenize=False)
-            # the template already holds any BOS: do not add special tokens twice
-            items.append((text, self.tokenizer.encode(text, add_special_tokens=False)))
-        return self._run(items, sampling)
+        return self._run([self._chat_prompt(m) for m in messages_list], sampling)
+
+    def stream_chat(self, messages: Sequence[Mapping[str, str]],
+                    sampling: SamplingParams | None = None) -> Iterator[StreamChunk]:
+        """Generate for one conversation, yielding its text as the engine steps; closing the
+        iterator early aborts the request. Text that may begin a stop string is held back
+        until it cannot (the answer is cut before the stop string, as in ``generate``)."""
+        from minisgl_core.text.hf import raw_decoder
+        from minisgl_core.text.incremental import IncrementalDetokenizer
+        from minisgl_core.text.tokenize import PROMPT_TAIL
+
+        sp = sampling or SamplingParams()
+        _, prompt_ids = self._chat_prompt(messages)
+        rid = f"llm-{next(self._ids)}"
+        detok = IncrementalDetokenizer(raw_decoder(self.tokenizer, sp.skip_special_tokens),
+                                       prompt_ids[-PROMPT_TAIL:])
+        hold = max((len(s) for s in sp.stop), default=1) - 1
+        pending, finished = "", False
+        self.engine.add_request(rid, prompt_ids, sp)
+        try:
+            for out in self.engine.run_until_idle():
+                if out.error is not None:
+                    raise out.error
+                pending += detok.push(out.token_ids)
+                if out.finish_reason is not None:
+                    finished, pending = True, pending + detok.finish()
+                    if sp.stop and out.finish_reason == "stop":
+                        pending = cut_at_stop(pending, sp.stop)
+                    yield StreamChunk(pending, out.finish_reason, out.completion_tokens)
+                    return
+                if len(pending) > hold:
+                    cut = len(pending) - hold
+                    yield StreamChunk(pending[:cut], None, out.completion_tokens)
+                    pending = pending[cut:]
+        finally:
+            if not finished:
+                self.engine.abort(rid)
+
+    def _chat_prompt(self, messages: Sequence[Mapping[str, str]]) -> tuple[str, list[int]]:
+        text = self.tokenizer.apply_chat_template([dict(m) for m in messages],
+                                                  add_generation_prompt=True, tokenize=False)
+        # the template already holds any BOS: do not add special tokens twice
+        return text, self.tokenizer.encode(text, add_special_tokens=False)
 
     def _run(self, items: list[tuple[str | None, list[int]]],
              sampling: SamplingParams | Sequence[SamplingParams] | None) -> list[RequestOutput]:

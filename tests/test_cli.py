@@ -138,11 +138,47 @@ def test_config_show_merges_file_env_and_overrides(tmp_path: Path, monkeypatch) 
     result = runner.invoke(app, ["config", "show", "-c", str(path), "-s", "tp=2", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert (data["transport"], data["port"], data["tp"]) == ("nng", 8200, 2)
+    assert (data["transport"], data["frontends"]["openai"]["port"], data["tp"]) == ("nng", 8200, 2)
     toml = runner.invoke(app, ["config", "show", "-s", "transports.zmq.linger_ms=0"])
     assert 'transport = "zmq"' in toml.stdout and "[transports.zmq]\nlinger_ms = 0" in toml.stdout
     bad = runner.invoke(app, ["config", "show", "-s", "fronted=grpc"])
     assert bad.exit_code == 2 and 'did you mean "frontend"' in bad.stderr
+
+
+def test_config_show_never_prints_an_api_key() -> None:
+    result = runner.invoke(make_app(manager()), ["config", "show", "-s", "frontend=openai,grpc",
+                                                 "-s", "api_key=sk-secret"])
+    assert result.exit_code == 0, result.output
+    assert "sk-secret" not in result.stdout
+    assert result.stdout.count('api_key = "<redacted>"') == 2  # each frontend's
+
+
+class OnlyZmq:
+    @hookimpl
+    def minisgl_register_transports(self, register):
+        register("zmq", "json:dumps")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--port", "70000"], "[frontends.openai] port must be in 0..65535, got 70000"),
+    (["-s", "frontends.openai.max_body=1"],
+     "unknown option 'max_body' in [frontends.openai]; did you mean \"max_body_bytes\"?"),
+    (["--frontend", "grpc", "-s", "frontends.grpc.grace_s=0"],
+     "[frontends.grpc] grace_s must be > 0, got 0.0"),
+    (["-s", 'frontends.openai.host=""'], "[frontends.openai] host must not be empty"),
+    (["-s", "frontends.openai.access_log=1"],
+     "[frontends.openai] access_log must be true or false"),
+])
+def test_launch_checks_each_frontends_options_before_starting(args: list[str],
+                                                              message: str) -> None:
+    import minisgl_frontend_grpc
+    import minisgl_frontend_openai
+
+    pm = build_manager(autoload=False, strict=False,
+                       extra=[OnlyZmq(), minisgl_frontend_openai, minisgl_frontend_grpc])
+    result = runner.invoke(make_app(pm), ["launch", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
 
 
 def test_bench_transport_validates_names() -> None:

@@ -38,11 +38,15 @@ def toml_file(tmp_path: Path) -> Path:
     return path
 
 
+def openai(cfg: LaunchConfig) -> dict[str, object]:
+    return cfg.frontend_table("openai")
+
+
 def test_defaults() -> None:
     cfg = load_config(env={})
     assert cfg == LaunchConfig()
-    assert (cfg.transport, cfg.frontends, cfg.host, cfg.port) == ("zmq", ("openai",),
-                                                                  "127.0.0.1", 8000)
+    assert (cfg.transport, cfg.frontends) == ("zmq", ("openai",))
+    assert cfg.frontends_options == {}  # a frontend's options and defaults are its own
     assert (cfg.model, cfg.dtype, cfg.device, cfg.tp, cfg.cache) == (None, "float32", "cpu", 1,
                                                                      "radix")
 
@@ -50,9 +54,9 @@ def test_defaults() -> None:
 def test_file_layer(toml_file: Path) -> None:
     cfg = load_config(toml_file, env={})
     assert cfg.transport == "nng" and cfg.frontends == ("openai", "grpc")
-    assert cfg.port == 8100 and cfg.ready_timeout_s == 30.0
+    assert cfg.ready_timeout_s == 30.0
     assert cfg.transport_table("zmq") == {"linger_ms": 0}
-    assert cfg.frontend_table("openai") == {"cors": ["http://localhost"]}
+    assert openai(cfg) == {"port": 8100, "cors": ["http://localhost"]}  # port: its shorthand
     assert cfg.plugin_table("acme_metrics") == {"interval_s": 10}
     assert cfg.transport_table("nng") == {}
 
@@ -60,12 +64,26 @@ def test_file_layer(toml_file: Path) -> None:
 def test_each_layer_overrides_the_one_below(toml_file: Path) -> None:
     env = {"MINISGL_PORT": "8200", "MINISGL_TRANSPORT": "zmq", "MINISGL_API_KEY": "secret"}
     cfg = load_config(toml_file, env=env)
-    assert (cfg.port, cfg.transport, cfg.api_key) == (8200, "zmq", "secret")
+    assert (openai(cfg)["port"], cfg.transport, openai(cfg)["api_key"]) == (8200, "zmq", "secret")
+    assert cfg.frontend_table("grpc") == {"api_key": "secret"}  # every frontend's, not its port
     cfg = load_config(toml_file, env=env, flags={"port": 8300, "transport": None})
-    assert (cfg.port, cfg.transport) == (8300, "zmq")  # None = flag not given
+    assert (openai(cfg)["port"], cfg.transport) == (8300, "zmq")  # None = flag not given
     cfg = load_config(toml_file, env=env, flags={"port": 8300},
                       overrides=["port=8400", "api_key="])
-    assert (cfg.port, cfg.api_key) == (8400, None)
+    assert openai(cfg)["port"] == 8400 and "api_key" not in openai(cfg)
+
+
+def test_a_shorthand_and_the_table_it_writes_follow_the_layers(toml_file: Path) -> None:
+    cfg = load_config(toml_file, env={}, overrides=["frontends.openai.port=9000"])
+    assert openai(cfg)["port"] == 9000  # -s over the file's shorthand
+    cfg = load_config(toml_file, env={"MINISGL_HOST": "0.0.0.0"},
+                      overrides=["frontends.grpc.host=::1", "frontend=grpc"])
+    assert cfg.frontend_table("grpc") == {"host": "::1"}
+    assert "host" not in openai(cfg)  # openai is not selected: the shorthand skipped it
+    with pytest.warns(DeprecationWarning, match=r'frontend_table\("openai"\)\["port"\]'):
+        assert load_config(toml_file, env={}).port == 8100
+    with pytest.warns(DeprecationWarning, match="LaunchConfig.host"):
+        assert LaunchConfig().host == "127.0.0.1"
 
 
 def test_later_overrides_win_and_tables_merge_deeply(toml_file: Path) -> None:
@@ -74,7 +92,7 @@ def test_later_overrides_win_and_tables_merge_deeply(toml_file: Path) -> None:
         "frontends.grpc.reflection=true", "plugins.acme_metrics.labels.region=\"eu\"",
         "port=1", "port=2",
     ])
-    assert cfg.port == 2
+    assert openai(cfg)["port"] == 2
     assert cfg.transport_table("zmq") == {"linger_ms": 5, "sndhwm": 1000}
     assert cfg.frontend_table("grpc") == {"reflection": True}
     assert cfg.plugin_table("acme_metrics") == {"interval_s": 10, "labels": {"region": "eu"}}
@@ -104,7 +122,6 @@ def test_env_ignores_unrelated_minisgl_variables() -> None:
         (["dtype=float23"], 'dtype must be one of float32, float16, bfloat16, got "float23"; '
                             'did you mean "float32"?'),
         (["cache=radixx"], 'did you mean "radix"?'),
-        (["port=70000"], "port must be in 0..65535, got 70000"),
         (["tp=0"], "tp must be at least 1, got 0"),
         (["port.x=1"], '"port" is not a table'),
         (["transports.zmq=1"], "-s transports.<name>.<key>=VALUE expected"),
@@ -177,13 +194,13 @@ def test_config_is_frozen_picklable_and_owns_its_tables() -> None:
     assert cfg.transport_table("zmq") == {"linger_ms": 0}
     assert cfg.frontends == ("openai",)
     with pytest.raises(AttributeError):
-        cfg.port = 1  # type: ignore[misc]
+        cfg.tp = 2  # type: ignore[misc]
     assert pickle.loads(pickle.dumps(cfg)) == cfg
 
 
 def test_direct_construction_is_checked() -> None:
-    with pytest.raises(ConfigError, match="port must be an integer"):
-        LaunchConfig(port="eighty")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="tp must be an integer"):
+        LaunchConfig(tp="two")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="unknown config key"):
         LaunchConfig.from_dict({"prot": 1})
 

@@ -20,10 +20,10 @@ def test_every_top_level_message_has_a_unique_tag() -> None:
 
 
 @pytest.mark.parametrize(("union", "expected"), [
-    (m.TokenizerInbound, {"generate", "abort", "shutdown"}),
+    (m.TokenizerInbound, {"generate", "tokenize", "detokenize", "abort", "shutdown"}),
     (m.SchedulerInbound, {"tokenized", "abort", "shutdown"}),
     (m.DetokenizerInbound, {"token_batch", "shutdown"}),
-    (m.FrontendInbound, {"text_batch", "shutdown"}),
+    (m.FrontendInbound, {"text_batch", "tokenizer_reply", "shutdown"}),
     (m.ControlInbound, {"ready", "fatal", "stats"}),
 ])
 def test_each_channel_union_is_exactly_its_messages(union: object, expected: set[str]) -> None:

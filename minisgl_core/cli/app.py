@@ -51,8 +51,9 @@ def plugins(
 def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
     """Print the merged config (defaults < file < MINISGL_* env < -s) as TOML or JSON."""
     cfg = load(config, {}, set_)
-    if cfg.api_key:  # a secret: never printed where logs and terminals keep it
-        cfg = dataclasses.replace(cfg, api_key="<redacted>")
+    tables = {name: {**table, "api_key": "<redacted>"} if table.get("api_key") else table
+              for name, table in cfg.frontends_options.items()}
+    cfg = dataclasses.replace(cfg, frontends_options=tables)  # a secret: never printed
     typer.echo(to_json(cfg) if json_ else to_toml(cfg), nl=json_)
 
 

@@ -12,7 +12,8 @@ from minisgl_core.plugin.registry import Registries, RegistryError
 
 
 def validate(cfg: LaunchConfig, regs: Registries) -> None:
-    """Raise RegistryError unless the selected transport, frontends and roles can be used."""
+    """Raise RegistryError unless the selected transport, frontends and roles can be used, and
+    ValueError for a frontend options table its frontend refuses (before any worker starts)."""
     for error, _owners in regs.conflicts():
         raise error
     regs.transports.get(cfg.transport)  # imports its target: a missing library shows up here
@@ -21,7 +22,9 @@ def validate(cfg: LaunchConfig, regs: Registries) -> None:
     for kind in regs.roles.kinds():
         regs.roles.check(kind, cfg.role_name(kind))
     for name in cfg.frontends:
-        regs.frontends.get(name)
+        check_options = getattr(regs.frontends.get(name), "check_options", None)
+        if check_options is not None:  # a frontend declares its options, defaults and checks
+            check_options(cfg.frontend_table(name))
     for kind in regs.roles.kinds():
         regs.roles.get(kind, cfg.role_name(kind))
 
@@ -42,15 +45,18 @@ def launch(
         help="Serve this GGUF file of the Hub repo (or directory) in --model.")] = None,
     served_model_name: Annotated[str | None, typer.Option(
         help="NAME[,ALIAS...]: the names clients use in `model` (the first is reported).")] = None,
-    host: Annotated[str | None, typer.Option(help="Address to listen on.")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port (OpenAI frontend).")] = None,
+    host: Annotated[str | None, typer.Option(
+        help="Address every frontend listens on: shorthand for -s frontends.NAME.host=H.")] = None,
+    port: Annotated[int | None, typer.Option(
+        help="OpenAI (HTTP) port: shorthand for -s frontends.openai.port=P.")] = None,
     grpc_port: Annotated[int | None, typer.Option(
         help="gRPC port: shorthand for -s frontends.grpc.port=P.")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32, float16 or bfloat16.")] = None,
     num_pages: Annotated[int | None, typer.Option(help="KV cache pages.")] = None,
     page_size: Annotated[int | None, typer.Option(help="Tokens per KV page.")] = None,
     max_seq_len_override: Annotated[int | None, typer.Option(help="Cap the context.")] = None,
-    api_key: Annotated[str | None, typer.Option(help="Require this bearer token.")] = None,
+    api_key: Annotated[str | None, typer.Option(
+        help="Require this bearer token on every frontend (frontends.NAME.api_key).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel ranks.")] = None,
     tp_local_ranks: Annotated[str | None, typer.Option(
         help="Ranks started here, e.g. 0 (the rest: `minisgl tp-worker` elsewhere).")] = None,
@@ -88,12 +94,12 @@ def launch(
         "scheduler": scheduler, "quantization": quantization,
         "reasoning_parser": reasoning_parser,
     }
-    # a frontend's own flags are shorthands for its [frontends.<name>] table, below -s
+    # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []
     cfg = load(config, flags, [*shorthands, *(set_ or [])])
     try:
         validate(cfg, state(ctx).regs)
-    except RegistryError as exc:
+    except (RegistryError, ValueError) as exc:
         raise fail(str(exc)) from None
     run = lazy_entry("minisgl_core.service.launcher:launch", "the service")
     raise typer.Exit(int(run(cfg, pm=state(ctx).pm) or 0))

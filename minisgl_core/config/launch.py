@@ -1,10 +1,12 @@
-"""Launch configuration: a frozen dataclass, its keys, and how layers of settings merge into it
-(where the layers come from, TOML < env < flags < -s key=value, is ``config.sources``).
+"""Launch configuration: a frozen dataclass and its keys (how layers of settings merge into it is
+``config.merge``; where they come from, TOML < env < flags < -s key=value, ``config.sources``).
 
 The file form (TOML, ``minisgl config show``) and the ``-s`` keys are the same: top-level keys are
 the core settings; ``frontend`` lists the frontends to run; ``[transports.<name>]``,
-``[frontends.<name>]`` and ``[plugins.<name>]`` are free-form tables handed to their owners;
-``[roles]`` picks the tokenizer, detokenizer and scheduler (see ``config.roles``).
+``[frontends.<name>]`` and ``[plugins.<name>]`` are free-form tables handed to their owners (a
+frontend's host, port and API key are its own options: ``port``, ``host`` and ``api_key`` are
+top-level shorthands that write them, see ``config.shorthands``); ``[roles]`` picks the
+tokenizer, detokenizer and scheduler (see ``config.roles``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any
 
 from minisgl_core import deprecated
 from minisgl_core.config import roles as config_roles
+from minisgl_core.config import shorthands
 from minisgl_core.did_you_mean import suggest
-from minisgl_core.interfaces import ROLE_KINDS
 
 DTYPES = ("float32", "float16", "bfloat16")
 CACHES = ("radix", "naive")
@@ -47,8 +49,6 @@ class LaunchConfig:
     revision: str | None = None  # of a Hub model: a branch, tag or commit (None: main)
     gguf_file: str | None = None  # a GGUF file of the Hub repo (or directory) in ``model``
     served_model_name: tuple[str, ...] = ()  # names clients may use (the first is reported)
-    host: str = "127.0.0.1"
-    port: int = 8000  # the HTTP port; other frontends' settings live in [frontends.<name>]
     dtype: str = "float32"
     device: str = "cpu"
     num_pages: int | None = None
@@ -58,7 +58,6 @@ class LaunchConfig:
     max_prefill_tokens: int | None = None
     max_waiting_requests: int = 1024
     num_threads: int | None = None  # torch threads of the scheduler; None = every core
-    api_key: str | None = None
     tp: int = 1  # tensor-parallel ranks (docs/tensor-parallel.md)
     tp_local_ranks: str | None = None  # ranks this launch starts, e.g. "0" or "0,1"; None = all
     dist_addr: str = "127.0.0.1"  # where rank 0 hosts the tensor-parallel group
@@ -75,7 +74,7 @@ class LaunchConfig:
 
     def __post_init__(self) -> None:
         for name in SCALARS:  # direct construction gets the same checks as the file form
-            object.__setattr__(self, name, _coerce(name, getattr(self, name), "LaunchConfig()"))
+            object.__setattr__(self, name, coerce(name, getattr(self, name), "LaunchConfig()"))
         try:
             roles = config_roles.with_defaults(config_roles.normalize(self.roles, "roles"))
         except ValueError as exc:
@@ -94,9 +93,8 @@ class LaunchConfig:
             return "frontend must name at least one frontend"
         if len(set(self.frontends)) != len(self.frontends):
             return f"frontend lists a frontend twice: {', '.join(self.frontends)}"
-        for name in ("port", "dist_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                return f"{name} must be in 0..65535, got {getattr(self, name)}"
+        if not 0 <= self.dist_port <= 65535:
+            return f"dist_port must be in 0..65535, got {self.dist_port}"
         for name in ("num_pages", "page_size", "max_seq_len_override", "max_running_requests",
                      "max_prefill_tokens", "max_waiting_requests", "num_threads", "tp"):
             value = getattr(self, name)
@@ -158,6 +156,12 @@ class LaunchConfig:
         """The ``[frontends.<name>]`` table (empty when absent)."""
         return dict(self.frontends_options.get(name, {}))
 
+    def __getattr__(self, name: str) -> Any:
+        # host, port and api_key were core keys: they are the openai frontend's options now
+        if name not in shorthands.DEPRECATED_DEFAULTS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return shorthands.deprecated_key(self.frontends_options.get("openai", {}), name)
+
     def role_name(self, kind: str) -> str:
         """The selected implementation of role ``kind`` (tokenizer, detokenizer, scheduler)."""
         return str(self.roles[kind]["name"])
@@ -189,6 +193,8 @@ class LaunchConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> LaunchConfig:
         """Build a config from the file form, rejecting unknown keys."""
+        from minisgl_core.config.merge import Merged
+
         merged = Merged()
         merged.apply_mapping(data, source)
         return merged.build()
@@ -211,10 +217,11 @@ def _scan_fields() -> None:
 
 _scan_fields()
 # every key a user can write at the top level of the file, in a -s key, or as MINISGL_<KEY>
-KNOWN_KEYS = sorted([k for k in SCALARS if k != "frontends"] + ["frontend", "roles", *TABLES])
+KNOWN_KEYS = sorted([k for k in SCALARS if k != "frontends"]
+                    + ["frontend", "roles", *TABLES, *shorthands.SHORTHANDS])
 
 
-def _coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
+def coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
     """Check/convert ``value`` for field ``name``: strings are parsed when ``text`` (env, flags,
     -s) and must already have the field's type otherwise (TOML)."""
     kind = SCALARS[name]
@@ -252,58 +259,6 @@ def unknown_key(key: str, source: str) -> ConfigError:
                        f"known keys: {', '.join(KNOWN_KEYS)}")
 
 
-def _deep_merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
-    for key, value in new.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
-
-
-class Merged:
-    """The layers applied so far: core fields and tables, later layers winning."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.tables: dict[str, dict[str, Any]] = {name: {} for name in TABLES.values()}
-        self.roles: config_roles.RoleTables = {}
-
-    def set_roles(self, value: Any, source: str) -> None:
-        """Lay a ``roles`` value (any source's form) over the roles so far."""
-        try:
-            config_roles.merge(self.roles, config_roles.normalize(value, source))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-
-    def set(self, key: str, value: Any, source: str, text: bool = True) -> None:
-        """Set one top-level key; ``text``: the value is a string to parse (env, flags, -s)."""
-        if key == "roles":
-            self.set_roles(value, source)
-        elif text and key in ROLE_KINDS:  # --scheduler NAME, MINISGL_SCHEDULER
-            self.set_roles({key: value}, source)
-        elif key == "frontend" or (key == "frontends" and not isinstance(value, Mapping)):
-            self.values["frontends"] = _coerce("frontends", value, source, text)
-        elif key in TABLES:
-            if not isinstance(value, Mapping) or not all(
-                isinstance(v, Mapping) for v in value.values()
-            ):
-                raise ConfigError(f"{key} must be a table of tables ([{key}.<name>]) ({source})")
-            _deep_merge(self.tables[TABLES[key]], value)
-        elif key in SCALARS:
-            self.values[key] = _coerce(key, value, source, text)
-        else:
-            raise unknown_key(key, source)
-
-    def apply_mapping(self, data: Mapping[str, Any], source: str) -> None:
-        """Lay a file-form table over the layers so far (values keep their TOML types)."""
-        for key, value in data.items():
-            self.set(key, value, source, text=False)
-
-    def build(self) -> LaunchConfig:
-        """The config of every layer applied (checked by LaunchConfig itself)."""
-        return LaunchConfig(**self.values, **self.tables, roles=self.roles)
-
-
-__all__ = ["ConfigError", "LaunchConfig", "Merged"]
+__all__ = ["ConfigError", "LaunchConfig"]
 
 __getattr__ = deprecated.forwarder(__name__)  # load_config and read_toml moved to config.sources

@@ -15,9 +15,9 @@ from minisgl_core.config.launch import (
     TABLES,
     ConfigError,
     LaunchConfig,
-    Merged,
     unknown_key,
 )
+from minisgl_core.config.merge import Merged
 from minisgl_core.interfaces import ROLE_KINDS
 
 ENV_PREFIX = "MINISGL_"

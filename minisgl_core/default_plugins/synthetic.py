@@ -10,7 +10,8 @@ the frontends, the text roles and the transports can be measured and tested on t
 Pages: a request reserves, when it is admitted, the pages its prompt and its longest answer
 can need (the last token is never fed back, as in the engine) and returns them when it ends.
 Stop strings are cut by the detokenizer; this scheduler cannot see text and runs the request
-on to max_tokens or a stop id. Imports only the standard library: no torch in this process.
+on to max_tokens or a stop id. A request is admitted by the engine's own checks
+(``engine.admission``), which import no torch: nor does this process.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.service.spec import RoleContext
 from minisgl_core.store.naming import model_name_of
 from minisgl_core.wire.schema import PromptLogprobs, SamplingParams, TokenLogprob
@@ -30,15 +32,6 @@ from minisgl_core.wire.schema import PromptLogprobs, SamplingParams, TokenLogpro
 DEFAULT_PAGE_SIZE = 16
 DEFAULT_MAX_RUNNING = 128
 OPTIONS = ("tokens_per_s",)
-
-
-class Rejected(Exception):
-    """A request this scheduler will never run; ``code`` as the engine's RequestRejected."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +100,7 @@ class SyntheticScheduler:
         self.interval = None if tokens_per_s is None else 1.0 / tokens_per_s
         self.model_name = model_name
         self.free_pages = self.num_pages
+        self.limits = Limits(vocab_size, max_seq_len, page_size, self.num_pages)
         self.waiting: deque[_Request] = deque()
         self.running: list[_Request] = []
         self.requests: dict[str, _Request] = {}
@@ -118,28 +112,12 @@ class SyntheticScheduler:
 
     def add_request(self, request_id: str, prompt_ids: Sequence[int],
                     sampling: SamplingParams) -> None:
-        if request_id in self.requests:
-            raise Rejected("duplicate_request_id", f"request id {request_id!r} is in use")
-        prompt = tuple(int(t) for t in prompt_ids)
-        n = len(prompt)
-        if n == 0:
-            raise Rejected("empty_prompt", "the prompt has no tokens")
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise Rejected("invalid_token_ids", f"token id {bad[0]} is outside the vocabulary "
-                           f"(0..{self.vocab_size - 1})")
-        limit = self.max_seq_len
-        max_tokens = limit - n if sampling.max_tokens is None else sampling.max_tokens
-        if n + max(max_tokens, 1) > limit:
-            raise Rejected("context_length_exceeded", f"this request needs "
-                           f"{n + max(max_tokens, 1)} tokens but the context length is {limit}")
-        pages = -(-(n + max_tokens - 1) // self.page_size)
-        if pages > self.num_pages:
-            raise Rejected("kv_cache_exceeded", f"this request needs {pages} KV pages but the "
-                           f"pool has {self.num_pages}")
+        # the engine's own admission checks, on this scheduler's limits
+        admitted = admit(request_id, prompt_ids, sampling, self.limits, self.requests)
         stop = frozenset(sampling.stop_token_ids) | (
             frozenset() if sampling.ignore_eos else self.eos_token_ids)
-        req = _Request(request_id, prompt, sampling, max_tokens, pages, stop_ids=stop)
+        req = _Request(request_id, tuple(admitted.prompt), sampling, admitted.max_tokens,
+                       admitted.pages, stop_ids=stop)
         self.requests[request_id] = req
         self.waiting.append(req)
 

@@ -28,12 +28,7 @@ from minisgl_core.engine.config import (
 )
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
-from minisgl_core.engine.request import (
-    Request,
-    RequestRejected,
-    State,
-    StepOutput,
-)
+from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler, token_logprobs
 from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, release_freed_memory
@@ -148,10 +143,8 @@ class Engine:
     def add_request(self, request_id: str, prompt_ids: Sequence[int],
                     sampling: SamplingParams) -> None:
         """Queue a request; RequestRejected when it can never run (nothing is kept then)."""
-        if request_id in self.requests:
-            raise RequestRejected("duplicate_request_id", f"request id {request_id!r} is in use")
-        prompt, max_tokens = admit(prompt_ids, sampling, self.limits)
-        req = Request(request_id, prompt, sampling, max_tokens)
+        admitted = admit(request_id, prompt_ids, sampling, self.limits, self.requests)
+        req = Request(request_id, admitted.prompt, sampling, admitted.max_tokens)
         req.stop_window = stop_window(sampling.stop)
         if sampling.prompt_logprobs is not None:
             req.prompt_lp = prompt_logprobs.PromptLogprobState(sampling.prompt_logprobs)

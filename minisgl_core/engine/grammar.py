@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from minisgl_core.engine.request import Request, RequestRejected, State
+from minisgl_core.engine.request import Request, State
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.sampling import StructuredOutput
 
 MAX_CACHED = 64  # compiled grammars kept (LRU); one holds per-state token masks over the vocabulary
@@ -177,7 +178,7 @@ class GrammarGate:
         spec = req.sampling.structured
         assert spec is not None
         if self.cache is None:
-            raise RequestRejected("invalid_grammar", "structured outputs need the tokenizer")
+            raise RequestRejected("structured outputs need the tokenizer", code="invalid_grammar")
         req.grammar_future = self.cache.submit(spec)
         if req.grammar_future.done():
             self._attach(req)
@@ -223,7 +224,7 @@ class GrammarGate:
             req.grammar = GrammarState(req.grammar_future.result(),
                                        spec.wait_for if spec is not None else ())
         except GrammarError as exc:
-            raise RequestRejected("invalid_grammar", str(exc)) from None
+            raise RequestRejected(str(exc), code="invalid_grammar") from None
         finally:
             req.grammar_future = None
 

@@ -1,4 +1,4 @@
-"""Per-request engine state, the per-step output record and the admission error."""
+"""Per-request engine state and the per-step output record."""
 
 from __future__ import annotations
 
@@ -8,26 +8,10 @@ from typing import Any, Literal
 
 import torch
 
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.sampling import PromptLogprobs, SamplingParams, TokenLogprob
 
 StopReason = Literal["stop", "length"]
-
-
-class RequestRejected(Exception):
-    """A request the engine will not take; ``code`` is stable, ``message`` is for people.
-
-    Codes: ``context_length_exceeded``, ``kv_cache_exceeded``, ``invalid_token_ids`` (in the
-    prompt or in ``logit_bias``), ``empty_prompt``, ``duplicate_request_id``, ``invalid_grammar``
-    (a structured-output spec that does not compile).
-    """
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 @dataclass(frozen=True)

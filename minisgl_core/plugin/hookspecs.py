@@ -62,7 +62,10 @@ def minisgl_register_frontends(register: Register) -> None:
 
     Called in the launcher/frontend process. The launcher calls
     ``factory(client, config, options)`` with the ``EngineClient``, the ``LaunchConfig`` and the
-    ``[frontends.<name>]`` table, and gets a ``minisgl_core.interfaces.Frontend``. The return
+    ``[frontends.<name>]`` table, and gets a ``minisgl_core.interfaces.Frontend``. The table is
+    the frontend's own options (its host, port, API key ...: ``--host``, ``--api-key`` write
+    them for every selected frontend); a factory with ``check_options(table)`` has it called by
+    ``minisgl launch`` before any worker starts, to raise ValueError for a bad one. The return
     value of the hook is ignored.
     """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from minisgl_core.plugin.loading import CORE_DIST, MinisglPluginManager
 from minisgl_core.plugin.registry import Registries
@@ -80,7 +81,13 @@ def roles_table(regs: Registries) -> str:
     return "\n".join(f"{c[0].ljust(widths[0])}  {c[1].ljust(widths[1])}  {c[2]}" for c in cells)
 
 
+def as_dicts(rows: Sequence[PluginRow]) -> list[dict[str, Any]]:
+    """The rows as JSON-able objects (every field, hooks included)."""
+    keys = ("name", "dist", "version", "provides", "hooks", "status")
+    return [{k: list(v) if isinstance(v := getattr(r, k), tuple) else v for k in keys}
+            for r in rows]
+
+
 def as_json(rows: Sequence[PluginRow]) -> str:
     """The rows as a JSON list of objects (every field, hooks included)."""
-    keys = ("name", "dist", "version", "provides", "hooks", "status")
-    return json.dumps([{k: getattr(r, k) for k in keys} for r in rows], indent=2)
+    return json.dumps(as_dicts(rows), indent=2)

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from minisgl_core.interfaces import ChannelClosed, Receiver, Scheduler, Sender, StepResult
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import (
     Abort,
@@ -120,12 +121,15 @@ class SchedulerLoop:
             return
         try:
             self.scheduler.add_request(rid, req.prompt_ids, req.sampling)
-        except Exception as exc:  # RequestRejected, or anything the engine refuses
-            code = getattr(exc, "code", None)
-            message = getattr(exc, "message", None) or str(exc)
-            err_type = "invalid_request_error" if code else "server_error"
+        except RequestRejected as exc:  # the client's to fix: the Scheduler Protocol's error
             self._terminal(rid, "error", req.detokenize, prompt_tokens=len(req.prompt_ids),
-                           error=ErrorInfo(message=message, type=err_type, code=code))
+                           error=exc.info())
+            return
+        except Exception as exc:  # a bug in the role: this request fails, the loop goes on
+            log.exception("the scheduler failed to add request %s", rid)
+            self._terminal(rid, "error", req.detokenize, prompt_tokens=len(req.prompt_ids),
+                           error=ErrorInfo(message=f"the scheduler failed: {type(exc).__name__}",
+                                           type="server_error"))
             return
         self.live.add(rid)
         self.first_delta_info[rid] = req.detokenize
@@ -152,11 +156,11 @@ class SchedulerLoop:
             rid = out.request_id
             if rid not in self.live:  # finished or aborted earlier: never emit after a terminal
                 continue
-            if getattr(out, "error", None) is not None:  # refused after admission (a grammar)
+            refused = getattr(out, "error", None)  # refused after admission (a grammar)
+            if refused is not None:
                 self.live.discard(rid)
                 self._terminal(rid, "error", self.first_delta_info.pop(rid, None),
-                               prompt_tokens=out.prompt_tokens, error=ErrorInfo(
-                                   message=out.error.message, code=out.error.code))
+                               prompt_tokens=out.prompt_tokens, error=_error_info(refused))
                 continue
             self.generation_tokens_total += len(out.token_ids)
             if out.finish_reason is not None:
@@ -203,3 +207,10 @@ class SchedulerLoop:
         counters.update({f"scheduler_finished_{k}_total": float(v)
                          for k, v in self.finished_total.items()})
         return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters)
+
+
+def _error_info(refused: object) -> ErrorInfo:
+    """A late refusal as the client sees it: a RequestRejected is theirs to fix, else ours."""
+    if isinstance(refused, RequestRejected):
+        return refused.info()
+    return ErrorInfo(message=str(refused), type="server_error")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from minisgl_core.interfaces import ChannelClosed
+from minisgl_core.plugin import listing
 from minisgl_core.plugin.loading import configure, unconfigure
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Stats
@@ -56,7 +57,9 @@ async def _serve(service: Service, registries: Registries, pm: MinisglPluginMana
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     frontends = []
+    plugins = listing.as_dicts(listing.describe(pm, registries))  # the page lists them
     for name, client in zip(config.frontends, service.clients.values(), strict=True):
+        client.set_plugins(plugins)
         client.start()
         factory = registries.frontends.get(name)
         frontends.append(factory(client, config, config.frontend_table(name)))

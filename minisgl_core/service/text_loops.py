@@ -5,19 +5,31 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from minisgl_core.interfaces import ChannelClosed, Detokenizer, Receiver, Sender, Tokenizer
+from minisgl_core.interfaces import (
+    ChannelClosed,
+    Detokenizer,
+    Receiver,
+    Sender,
+    Tokenizer,
+    TokenizerCalls,
+)
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import (
     Abort,
+    DetokenizeCall,
+    ErrorInfo,
     GenerateRequest,
     Message,
     Shutdown,
     Stats,
     TextBatch,
     TokenBatch,
+    TokenizeCall,
+    TokenizerReply,
 )
 
 log = logging.getLogger(__name__)
@@ -49,8 +61,10 @@ def _received(inbox: Receiver, decode: Callable[[bytes], Any], who: str,
 
 
 def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
-                  report: Callable[[Message], None] = lambda msg: None) -> None:
-    """Tokenize requests and forward aborts on the same path, in arrival order.
+                  report: Callable[[Message], None] = lambda msg: None,
+                  frontends: Mapping[str, Sender] | None = None) -> None:
+    """Tokenize requests and forward aborts on the same path, in arrival order; answer the
+    frontends' tokenize and detokenize calls on ``frontends`` (frontend id -> its channel).
 
     Reports how many requests it has passed on (``tokenizer_requests_total``): at most every
     STATS_INTERVAL_S while busy, and once more as soon as it is idle, so the last of a burst
@@ -69,6 +83,13 @@ def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
                 case GenerateRequest():
                     outbox.send(codec.encode(role.tokenize(msg)))
                     forwarded += 1
+                case TokenizeCall() | DetokenizeCall():
+                    reply = answer_call(role, msg)
+                    sender = (frontends or {}).get(msg.owner)
+                    if sender is None:
+                        log.warning("no frontend %r: dropped a reply", msg.owner)
+                    else:
+                        sender.send(codec.encode(reply))
                 case Abort():
                     outbox.send(data)
                 case Shutdown():
@@ -78,6 +99,24 @@ def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
             reported, last_report = forwarded, now
             report(Stats(process=f"tokenizer:{os.getpid()}",
                          counters={"tokenizer_requests_total": float(forwarded)}))
+
+
+def answer_call(role: Tokenizer, call: TokenizeCall | DetokenizeCall) -> TokenizerReply:
+    """The role's reply to a frontend's call; a rejection or a failure becomes its error."""
+    if not isinstance(role, TokenizerCalls):
+        return TokenizerReply(call.call_id, error=ErrorInfo(
+            f"the tokenizer role {type(role).__name__} does not answer tokenize calls",
+            type="server_error", code="not_implemented"))
+    try:
+        if isinstance(call, TokenizeCall):
+            return role.tokenize_call(call)
+        return role.detokenize_call(call)
+    except RequestRejected as exc:
+        return TokenizerReply(call.call_id, error=exc.info())
+    except Exception as exc:  # a tokenizer bug must not take the process down
+        log.exception("the tokenizer failed to answer a %s", type(call).__name__)
+        return TokenizerReply(call.call_id, error=ErrorInfo(
+            f"the tokenizer failed: {type(exc).__name__}", type="server_error"))
 
 
 def run_detokenizer(role: Detokenizer, inbox: Receiver, outboxes: dict[str, Sender],

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -16,12 +16,15 @@ from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import (
     Abort,
+    DetokenizeCall,
     ErrorInfo,
     GenerateRequest,
     Shutdown,
     Stats,
     TextBatch,
     TextDelta,
+    TokenizeCall,
+    TokenizerReply,
 )
 
 if TYPE_CHECKING:
@@ -34,7 +37,8 @@ class TransportEngineClient:
     """Submits requests to the tokenizer channel and routes TextDeltas back to their streams.
 
     Owns one inbound channel (``frontend.<id>``), bound at construction so that it exists before
-    any worker starts. One reader task drains it; each request has its own asyncio.Queue.
+    any worker starts. One reader task drains it; each request has its own asyncio.Queue, each
+    tokenize or detokenize call its own future.
     """
 
     def __init__(self, transport: Transport, inbox_endpoint: str, tokenizer_endpoint: str,
@@ -47,6 +51,8 @@ class TransportEngineClient:
         self._max_waiting = max_waiting
         self._streams: dict[str, asyncio.Queue[TextDelta]] = {}  # by wire id
         self._wire_ids: dict[str, str] = {}  # frontend's request id -> wire id
+        self._calls: dict[str, asyncio.Future[TokenizerReply]] = {}  # by call id
+        self._plugins: tuple[dict[str, Any], ...] = ()
         self._counter = 0
         self._reader: asyncio.Task[None] | None = None
         self._healthy = False
@@ -115,6 +121,24 @@ class TransportEngineClient:
             if not finished:
                 self._send_abort(rid)
 
+    async def tokenize(self, request: GenerateRequest, *, add_special_tokens: bool | None = None,
+                       add_generation_prompt: bool = True, token_strs: bool = False
+                       ) -> TokenizerReply:
+        """The prompt ids ``request`` would send, from the tokenizer process."""
+        request = msgspec.structs.replace(request, owner=self._frontend_id)
+        return await self._call(TokenizeCall(
+            self._call_id(), self._frontend_id, request, add_special_tokens=add_special_tokens,
+            add_generation_prompt=add_generation_prompt, token_strs=token_strs))
+
+    async def detokenize(self, token_ids: Sequence[int]) -> TokenizerReply:
+        """``token_ids`` as text, from the tokenizer process."""
+        return await self._call(DetokenizeCall(self._call_id(), self._frontend_id,
+                                               tuple(token_ids)))
+
+    def plugins(self) -> list[dict[str, Any]]:
+        """The service's plugins, as ``minisgl plugins --json`` lists them."""
+        return [dict(row) for row in self._plugins]
+
     async def abort(self, request_id: str) -> None:
         """Abort a request by the id its frontend gave it; idempotent."""
         rid = self._wire_ids.get(request_id)
@@ -133,6 +157,10 @@ class TransportEngineClient:
         self.model_name_value = info.get("model_name", self.model_name_value)
         self.max_context_value = int(info.get("max_seq_len", self.max_context_value))
         self._healthy = True
+
+    def set_plugins(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """What ``plugins()`` reports: the launcher's own plugin listing."""
+        self._plugins = tuple(dict(row) for row in rows)
 
     def update_metrics(self, stats: Stats) -> None:
         """Keep a worker's latest Stats whole, in place of its previous one.
@@ -154,6 +182,9 @@ class TransportEngineClient:
         error = ErrorInfo(message=reason, type="server_error", code="engine_unavailable")
         for rid, queue in list(self._streams.items()):
             queue.put_nowait(TextDelta(request_id=rid, finish_reason="error", error=error))
+        for call_id, future in list(self._calls.items()):
+            if not future.done():
+                future.set_result(TokenizerReply(call_id, error=error))
 
     def in_flight(self) -> int:
         """How many requests this client is waiting on (0 when idle)."""
@@ -176,6 +207,19 @@ class TransportEngineClient:
             raise EngineUnavailable(self._down_reason)
         self._outbox.send(data)
 
+    def _call_id(self) -> str:
+        self._counter += 1
+        return f"{self._frontend_id}-call-{self._counter}"
+
+    async def _call(self, call: TokenizeCall | DetokenizeCall) -> TokenizerReply:
+        future: asyncio.Future[TokenizerReply] = asyncio.get_running_loop().create_future()
+        self._calls[call.call_id] = future
+        try:
+            self._send(codec.encode(call))
+            return await future
+        finally:
+            self._calls.pop(call.call_id, None)
+
     def _send_abort(self, rid: str) -> None:
         if self._healthy and self._outbox is not None:
             self._outbox.send(codec.encode(Abort(request_id=rid)))
@@ -197,6 +241,11 @@ class TransportEngineClient:
                     continue
                 if isinstance(msg, Shutdown):
                     return
+                if isinstance(msg, TokenizerReply):
+                    future = self._calls.get(msg.call_id)
+                    if future is not None and not future.done():  # else: cancelled, gone
+                        future.set_result(msg)
+                    continue
                 assert isinstance(msg, TextBatch)
                 for delta in msg.deltas:
                     queue = self._streams.get(delta.request_id)

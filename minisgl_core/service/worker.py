@@ -93,8 +93,9 @@ def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report:
     ready = Ready(process=spec.name, pid=os.getpid())
     if spec.role == "tokenizer":
         inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
+        replies = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
         report(ready)
-        run_tokenizer(role, inbox, outbox, report)
+        run_tokenizer(role, inbox, outbox, report, replies)
     elif spec.role == "detokenizer":
         inbox = transport.pull(ep.detokenizer, bind=True)
         outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}

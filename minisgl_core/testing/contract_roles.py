@@ -20,9 +20,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from minisgl_core.interfaces import Detokenizer, Tokenizer
+from minisgl_core.interfaces import Detokenizer, Tokenizer, TokenizerCalls
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.wire.schema import (
     ChatMessage,
+    DetokenizeCall,
     DetokenizeInfo,
     ErrorInfo,
     GenerateRequest,
@@ -30,6 +32,7 @@ from minisgl_core.wire.schema import (
     TextDelta,
     TokenBatch,
     TokenDelta,
+    TokenizeCall,
     TokenizedRequest,
 )
 
@@ -119,6 +122,19 @@ class TokenizerContract(RoleContractBase):
             out = made.tokenize(bad)
             assert isinstance(out.error, ErrorInfo) and out.prompt_ids == ()
             assert out.request_id == "r1" and out.detokenize.owner == "fe-1"
+
+    def test_tokenize_calls_show_what_tokenize_sends(self, made: Tokenizer) -> None:
+        if not isinstance(made, TokenizerCalls):
+            pytest.skip("this role answers no tokenize calls (EngineClient.tokenize)")
+        chat = _request(messages=(ChatMessage("user", "Hello"),))
+        reply = made.tokenize_call(TokenizeCall("c1", "fe-1", chat, token_strs=True))
+        assert reply.call_id == "c1" and reply.error is None
+        assert reply.token_ids == made.tokenize(chat).prompt_ids
+        assert reply.token_strs is not None and len(reply.token_strs) == len(reply.token_ids)
+        text = made.detokenize_call(DetokenizeCall("c2", "fe-1", reply.token_ids))
+        assert text.call_id == "c2" and "hello" in text.text.lower()
+        with pytest.raises(RequestRejected):
+            made.detokenize_call(DetokenizeCall("c3", "fe-1", (10**9,)))
 
     def test_close_is_idempotent(self, model_dir: str) -> None:
         role = self.build(model_dir)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from minisgl_core.interfaces import Scheduler, StepResult
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.testing.contract_roles import RoleContractBase
 from minisgl_core.wire.schema import SamplingParams
 
@@ -114,12 +115,12 @@ class SchedulerContract(RoleContractBase):
         limit = int(made.info()["max_seq_len"])
         bad = [((), SamplingParams()), ((10**9,), SamplingParams()),
                (self.prompt, SamplingParams(max_tokens=limit))]
-        for prompt, sampling in bad:
-            with pytest.raises(Exception) as info:  # noqa: PT011 - the loop reads .code
+        for prompt, sampling in bad:  # the Protocol's one error, with a code for programs
+            with pytest.raises(RequestRejected) as info:
                 made.add_request("bad", prompt, sampling)
-            assert getattr(info.value, "code", None), info.value
+            assert info.value.code, info.value
         made.add_request("dup", self.prompt, SamplingParams(max_tokens=2))
-        with pytest.raises(Exception):  # noqa: B017, PT011
+        with pytest.raises(RequestRejected):
             made.add_request("dup", self.prompt, SamplingParams(max_tokens=2))
         self.run(made)
         self.assert_idle(made)

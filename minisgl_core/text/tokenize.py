@@ -1,4 +1,5 @@
-"""The tokenizer role: prompt text, chat messages or token ids -> a TokenizedRequest."""
+"""The tokenizer role: prompt text, chat messages or token ids -> a TokenizedRequest; and the
+frontends' /tokenize and /detokenize, answered with the same tokenizer and chat template."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ from typing import Any
 
 import msgspec
 
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.text import reasoning
 from minisgl_core.text.chat_tools import conversation
 from minisgl_core.wire.schema import (
+    DetokenizeCall,
     DetokenizeInfo,
     ErrorInfo,
     GenerateRequest,
     SamplingParams,
+    TokenizeCall,
     TokenizedRequest,
+    TokenizerReply,
 )
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
@@ -26,15 +31,6 @@ QUOTE_LIMIT = 40
 # chat_template_kwargs may not set what the request's own fields (or the renderer) set
 RESERVED_TEMPLATE_KWARGS = ("messages", "conversation", "tools", "documents",
                             "add_generation_prompt", "tokenize", "continue_final_message")
-
-
-class RequestError(Exception):
-    """A request that cannot be served as sent; becomes ``TokenizedRequest.error``."""
-
-    def __init__(self, message: str, *, code: str | None = None, param: str | None = None):
-        super().__init__(message)
-        self.info = ErrorInfo(message=message, type="invalid_request_error", code=code,
-                              param=param)
 
 
 def _quote(value: object) -> str:
@@ -77,8 +73,8 @@ class TokenizerRole:
         try:
             ids, param, chat_text = self._prompt_ids(req)
             self._check_length(len(ids), req.sampling, param)
-        except RequestError as exc:
-            return self._reject(req, info, exc.info)
+        except RequestRejected as exc:
+            return self._reject(req, info, exc.info())
         except Exception as exc:  # a tokenizer bug must not take the process down
             return self._reject(req, info, ErrorInfo(
                 f"tokenization failed: {type(exc).__name__}", "server_error"))
@@ -100,11 +96,34 @@ class TokenizerRole:
 
     def encode(self, req: GenerateRequest, *, add_generation_prompt: bool = True
                ) -> tuple[int, ...]:
-        """The prompt ids ``tokenize`` would send for ``req``; raises RequestError (for the
-        frontends' /tokenize, which show what the engine will see)."""
+        """The prompt ids ``tokenize`` would send for ``req`` (its length unchecked); raises
+        RequestRejected."""
         if req.messages is not None and req.prompt is None and req.token_ids is None:
             return self._chat_ids(req, add_generation_prompt=add_generation_prompt)[0]
         return self._prompt_ids(req)[0]
+
+    def tokenize_call(self, call: TokenizeCall) -> TokenizerReply:
+        """/tokenize: the ids ``call.request`` would send (``interfaces.TokenizerCalls``)."""
+        req = call.request
+        if req.prompt is not None and req.messages is None:  # a completion's prompt as sent
+            if not req.prompt:
+                raise RequestRejected("the prompt is empty", param="prompt")
+            add = True if call.add_special_tokens is None else call.add_special_tokens
+            ids = tuple(self.tokenizer.encode(req.prompt, add_special_tokens=add))
+        else:
+            ids = self.encode(req, add_generation_prompt=call.add_generation_prompt)
+            bos = self.tokenizer.bos_token_id
+            if call.add_special_tokens and bos is not None:  # the template wrote its own
+                ids = (bos, *ids)
+        strs = tuple(self.tokenizer.convert_ids_to_tokens(list(ids))) if call.token_strs else None
+        return TokenizerReply(call.call_id, token_ids=ids, token_strs=strs)
+
+    def detokenize_call(self, call: DetokenizeCall) -> TokenizerReply:
+        """/detokenize: the ids as text, special tokens kept (``interfaces.TokenizerCalls``)."""
+        if any(not 0 <= t < self.vocab_size for t in call.token_ids):
+            raise RequestRejected(f"token ids must be below the vocabulary size "
+                                  f"({self.vocab_size})", param="tokens")
+        return TokenizerReply(call.call_id, text=self.tokenizer.decode(list(call.token_ids)))
 
     # ---- internals ------------------------------------------------------------------------
 
@@ -118,14 +137,14 @@ class TokenizerRole:
         given = [name for name in ("prompt", "messages", "token_ids")
                  if getattr(req, name) is not None]
         if len(given) != 1:
-            raise RequestError("exactly one of prompt, messages or token_ids must be given, "
-                               f"got {', '.join(given) or 'none'}", param="prompt")
+            raise RequestRejected("exactly one of prompt, messages or token_ids must be given, "
+                                  f"got {', '.join(given) or 'none'}", param="prompt")
         if req.prompt is not None:
             if not req.prompt:
-                raise RequestError("the prompt is empty", param="prompt")
+                raise RequestRejected("the prompt is empty", param="prompt")
             ids = tuple(self.tokenizer.encode(req.prompt, add_special_tokens=True))
             if not ids:
-                raise RequestError("the prompt has no tokens", param="prompt")
+                raise RequestRejected("the prompt has no tokens", param="prompt")
             return ids, "prompt", None
         if req.messages is not None:
             ids, text = self._chat_ids(req)
@@ -137,15 +156,15 @@ class TokenizerRole:
         """The chat prompt's ids and the text the template rendered."""
         messages = req.messages or ()
         if not messages:
-            raise RequestError("messages must not be empty", param="messages")
+            raise RequestRejected("messages must not be empty", param="messages")
         for i, message in enumerate(messages):
             if message.role not in CHAT_ROLES:
-                raise RequestError(f"messages[{i}].role {_quote(message.role)} is not supported; "
-                                   f"use one of {', '.join(CHAT_ROLES)}",
-                                   param=f"messages[{i}].role")
+                raise RequestRejected(f"messages[{i}].role {_quote(message.role)} is not "
+                                      f"supported; use one of {', '.join(CHAT_ROLES)}",
+                                      param=f"messages[{i}].role")
         if not self.has_chat_template:
-            raise RequestError("this model has no chat template; send a prompt instead",
-                               param="messages")
+            raise RequestRejected("this model has no chat template; send a prompt instead",
+                                  param="messages")
         extra = self._template_kwargs(req.chat_template_kwargs)
         try:
             turns, tools = conversation(messages, req.tools, self.tokenizer.chat_template)
@@ -155,12 +174,12 @@ class TokenizerRole:
                 turns, tokenize=False, add_generation_prompt=add_generation_prompt, **extra)
         except Exception as exc:  # jinja errors, raise_exception() in the template
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RequestError(f"the chat template rejected the messages: {reason[:200]}",
-                               param="messages") from None
+            raise RequestRejected(f"the chat template rejected the messages: {reason[:200]}",
+                                  param="messages") from None
         # The template writes the special tokens (BOS...) itself.
         ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
         if not ids:
-            raise RequestError("the chat template produced an empty prompt", param="messages")
+            raise RequestRejected("the chat template produced an empty prompt", param="messages")
         return ids, text
 
     def _template_kwargs(self, raw: str | None) -> dict[str, Any]:
@@ -170,25 +189,25 @@ class TokenizerRole:
         try:
             kwargs = json.loads(raw)
         except ValueError:
-            raise RequestError("chat_template_kwargs must be a JSON object",
-                               param="chat_template_kwargs") from None
+            raise RequestRejected("chat_template_kwargs must be a JSON object",
+                                  param="chat_template_kwargs") from None
         if not isinstance(kwargs, dict):
-            raise RequestError("chat_template_kwargs must be an object",
-                               param="chat_template_kwargs")
+            raise RequestRejected("chat_template_kwargs must be an object",
+                                  param="chat_template_kwargs")
         reserved = sorted(k for k in kwargs if k in RESERVED_TEMPLATE_KWARGS)
         if reserved:
-            raise RequestError(f"chat_template_kwargs may not set {', '.join(reserved)} (the "
-                               f"request's own fields do)", param="chat_template_kwargs")
+            raise RequestRejected(f"chat_template_kwargs may not set {', '.join(reserved)} (the "
+                                  f"request's own fields do)", param="chat_template_kwargs")
         return kwargs
 
     def _check_ids(self, token_ids: tuple[int, ...]) -> tuple[int, ...]:
         if not token_ids:
-            raise RequestError("the prompt has no tokens", param="prompt")
+            raise RequestRejected("the prompt has no tokens", param="prompt")
         vocab = self.vocab_size
         for i, tid in enumerate(token_ids):
             if not 0 <= tid < vocab:
-                raise RequestError(f"token id {_quote(tid)} at position {i} is outside the "
-                                   f"vocabulary [0, {vocab})", param="prompt")
+                raise RequestRejected(f"token id {_quote(tid)} at position {i} is outside the "
+                                      f"vocabulary [0, {vocab})", param="prompt")
         return tuple(token_ids)
 
     def _check_length(self, n: int, sampling: SamplingParams, param: str) -> None:
@@ -198,12 +217,12 @@ class TokenizerRole:
             detail = f"your {where} resulted in {n} tokens"
             if n == limit:
                 detail += ", which leaves no room for the completion"
-            raise RequestError(f"This model's maximum context length is {limit} tokens. "
-                               f"However, {detail}. Please reduce the length of the {where}.",
-                               code="context_length_exceeded", param=param)
+            raise RequestRejected(f"This model's maximum context length is {limit} tokens. "
+                                  f"However, {detail}. Please reduce the length of the {where}.",
+                                  code="context_length_exceeded", param=param)
         max_tokens = sampling.max_tokens
         if max_tokens is not None and n + max_tokens > limit:
-            raise RequestError(
+            raise RequestRejected(
                 f"This model's maximum context length is {limit} tokens. However, you requested "
                 f"{n + max_tokens} tokens ({n} in the {where}, {max_tokens} in the completion). "
                 f"Please reduce the length of the {where} or max_tokens.",

@@ -6,8 +6,8 @@ the answer is parsed for ``<tool_call>`` blocks (``tool_parser``); ``required`` 
 function constrain the output with a grammar built from the functions' parameter schemas, so
 arguments are valid by construction: a named function's output is its arguments object,
 ``required`` writes a JSON array of ``{"name", "arguments"}`` objects (one item unless
-``parallel_tool_calls``), as vLLM does. Bad input raises ``ToolRequestError``, which each
-frontend turns into its own error (a 400, INVALID_ARGUMENT).
+``parallel_tool_calls``), as vLLM does. Bad input raises ``ToolRequestError``, a
+``RequestRejected``, which each frontend maps as it maps every rejection.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.sampling import SamplingParams, StructuredOutput
 from minisgl_core.text.tool_parser import ToolCallParser
 
@@ -28,14 +29,11 @@ NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
-class ToolRequestError(ValueError):
+class ToolRequestError(RequestRejected):
     """Tools a request cannot be served with: the message, the field at fault, an error code."""
 
     def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code
+        super().__init__(message, code=code, param=param)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from typing import Literal
 
 import msgspec
 
+from minisgl_core.rejection import ErrorInfo as ErrorInfo
+from minisgl_core.rejection import ErrorType as ErrorType
 from minisgl_core.sampling import MAX_LOGPROBS as MAX_LOGPROBS
 from minisgl_core.sampling import PromptLogprobs as PromptLogprobs
 from minisgl_core.sampling import SamplingParams as SamplingParams
@@ -19,8 +21,6 @@ from minisgl_core.sampling import StructuredOutput as StructuredOutput
 from minisgl_core.sampling import TokenLogprob as TokenLogprob
 
 FinishReason = Literal["stop", "length", "abort", "error"]
-ErrorType = Literal["invalid_request_error", "server_error", "overloaded_error"]
-
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -40,15 +40,6 @@ class ChatMessage(msgspec.Struct, frozen=True):
     tool_call_id: str | None = None
 
 
-class ErrorInfo(msgspec.Struct, frozen=True):
-    """Why a request failed; mirrors the OpenAI error envelope's fields."""
-
-    message: str
-    type: ErrorType = "invalid_request_error"
-    code: str | None = None
-    param: str | None = None
-
-
 # ---- to the tokenizer process ------------------------------------------------------------------
 
 
@@ -65,6 +56,30 @@ class GenerateRequest(msgspec.Struct, frozen=True, tag="generate"):
     tools: str | None = None  # the OpenAI ``tools`` list as JSON text, for the chat template
     # extra variables of the chat template (``{"enable_thinking": false}``) as a JSON object
     chat_template_kwargs: str | None = None
+
+
+class TokenizeCall(msgspec.Struct, frozen=True, tag="tokenize"):
+    """Show the prompt ids a request would send, without generating (``EngineClient.tokenize``).
+
+    ``request`` carries the same chat-template inputs as a generation (prompt or messages,
+    tools, and whatever a GenerateRequest gains), so the ids are the ones it would send. The
+    tokenizer answers ``owner`` with a TokenizerReply of the same ``call_id``.
+    """
+
+    call_id: str
+    owner: str
+    request: GenerateRequest
+    add_special_tokens: bool | None = None  # None: True for a prompt, False for messages
+    add_generation_prompt: bool = True  # messages only: end with the assistant's turn opened
+    token_strs: bool = False  # also each id as its token string
+
+
+class DetokenizeCall(msgspec.Struct, frozen=True, tag="detokenize"):
+    """Decode token ids to text, special tokens kept (``EngineClient.detokenize``)."""
+
+    call_id: str
+    owner: str
+    token_ids: tuple[int, ...]
 
 
 class Abort(msgspec.Struct, frozen=True, tag="abort"):
@@ -173,6 +188,17 @@ class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):
     deltas: tuple[TextDelta, ...]
 
 
+class TokenizerReply(msgspec.Struct, frozen=True, tag="tokenizer_reply"):
+    """The tokenizer's answer to a TokenizeCall (ids, strings) or a DetokenizeCall (text);
+    ``error`` set means it could not answer (a rejection, or a role that does not answer)."""
+
+    call_id: str
+    token_ids: tuple[int, ...] = ()
+    token_strs: tuple[str, ...] | None = None
+    text: str = ""
+    error: ErrorInfo | None = None
+
+
 # ---- to the launcher (control channel) ---------------------------------------------------------
 
 
@@ -207,11 +233,11 @@ class Stats(msgspec.Struct, frozen=True, tag="stats"):
     tpot_seconds: tuple[float, ...] = ()
 
 
-TokenizerInbound = GenerateRequest | Abort | Shutdown
+TokenizerInbound = GenerateRequest | TokenizeCall | DetokenizeCall | Abort | Shutdown
 SchedulerInbound = TokenizedRequest | Abort | Shutdown
 DetokenizerInbound = TokenBatch | Shutdown
-FrontendInbound = TextBatch | Shutdown
+FrontendInbound = TextBatch | TokenizerReply | Shutdown
 ControlInbound = Ready | Fatal | Stats
 
-Message = (GenerateRequest | Abort | Shutdown | TokenizedRequest | TokenBatch | TextBatch | Ready
-           | Fatal | Stats)
+Message = (GenerateRequest | TokenizeCall | DetokenizeCall | Abort | Shutdown | TokenizedRequest
+           | TokenBatch | TextBatch | TokenizerReply | Ready | Fatal | Stats)

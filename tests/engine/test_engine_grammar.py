@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from minisgl_core.engine.engine import Engine
-from minisgl_core.engine.request import RequestRejected
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.wire.schema import SamplingParams, StructuredOutput
 
 # bounded so that a random model still finishes well inside max_tokens

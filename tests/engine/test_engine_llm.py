@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from minisgl_core import LLM, SamplingParams
-from minisgl_core.engine.request import RequestRejected
 from minisgl_core.offline import cut_at_stop
+from minisgl_core.rejection import RequestRejected
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 
@@ -58,3 +58,28 @@ def test_rejected_prompt_raises_and_leaves_the_engine_clean(llm) -> None:
 def test_cut_at_stop_uses_the_earliest_match() -> None:
     assert cut_at_stop("one two three", ("three", "two")) == "one "
     assert cut_at_stop("abc", ("x",)) == "abc"
+
+
+def test_stream_chat_streams_what_chat_answers(llm) -> None:
+    messages = [{"role": "user", "content": "Hi there"}]
+    whole = llm.chat([messages], GREEDY)[0]
+    chunks = list(llm.stream_chat(messages, GREEDY))
+    assert "".join(c.text for c in chunks) == whole.text
+    assert len(chunks) > 1 and all(c.finish_reason is None for c in chunks[:-1])
+    assert (chunks[-1].finish_reason, chunks[-1].completion_tokens) == ("length", 8)
+    llm.engine.check_idle_invariant()
+
+
+def test_stream_chat_cuts_at_a_stop_string_and_aborts_when_closed(llm) -> None:
+    messages = [{"role": "user", "content": "Hi there"}]
+    whole = llm.chat([messages], GREEDY)[0].text
+    stop = whole[len(whole) // 2:][:3]  # three characters from the middle of the answer
+    sampling = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, stop=(stop,))
+    chunks = list(llm.stream_chat(messages, sampling))
+    assert "".join(c.text for c in chunks) == cut_at_stop(whole, (stop,))
+    assert chunks[-1].finish_reason == "stop"
+    stream = llm.stream_chat(messages, GREEDY)
+    next(stream)
+    stream.close()  # the request is aborted, its pages freed
+    assert not llm.engine.has_work()
+    llm.engine.check_idle_invariant()

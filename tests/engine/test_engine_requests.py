@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minisgl_core.engine.request import RequestRejected
+from minisgl_core.rejection import RequestRejected
 from minisgl_core.wire.schema import SamplingParams
 
 

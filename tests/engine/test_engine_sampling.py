@@ -185,7 +185,7 @@ def test_min_tokens_and_logit_bias_steer_the_engine(make_engine, drain, tokens_o
 
 
 def test_logit_bias_outside_the_vocabulary_is_rejected(make_engine) -> None:
-    from minisgl_core.engine.request import RequestRejected
+    from minisgl_core.rejection import RequestRejected
 
     engine = make_engine("llama")
     with pytest.raises(RequestRejected, match="logit_bias token id 99999 is outside"):

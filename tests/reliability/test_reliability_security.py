@@ -26,7 +26,12 @@ UNSAFE = re.compile(r"\bpickle\.loads?\(|\bcPickle\b|\bdill\b|\bcloudpickle\b|\b
 
 
 def test_default_host_is_loopback() -> None:
-    assert LaunchConfig().host == "127.0.0.1"
+    from minisgl_frontend_grpc.server import check_options as grpc_options
+    from minisgl_frontend_openai.server import check_options as openai_options
+
+    # each frontend's own default, with nothing configured
+    assert openai_options(LaunchConfig().frontend_table("openai"))["host"] == "127.0.0.1"
+    assert grpc_options(LaunchConfig().frontend_table("grpc"))["host"] == "127.0.0.1"
 
 
 @pytest.mark.parametrize("transport", ["zmq", "nng"])

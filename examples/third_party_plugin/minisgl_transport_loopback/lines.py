@@ -1,8 +1,9 @@
 """``lines``: a frontend on a plain TCP socket: one prompt per line in, one JSON line out.
 
 Each answer is a JSON string (the whole completion, greedy), or ``{"error": ...}``; the
-connection stays open for the next prompt. Options (``[frontends.lines]``): ``port`` (0: any
-free one), ``host`` (default: the launch's ``host``) and ``max_tokens`` (default 32).
+connection stays open for the next prompt. Options (``[frontends.lines]``, checked before the
+launch starts anything): ``port`` (0: any free one), ``host`` (127.0.0.1; ``--host`` writes it)
+and ``max_tokens`` (32). It has no authentication, so it refuses an ``api_key``.
 """
 
 from __future__ import annotations
@@ -15,22 +16,44 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from minisgl_core.api import EngineClient, GenerateRequest, LaunchConfig, SamplingParams
+from minisgl_core.api import (
+    EngineClient,
+    GenerateRequest,
+    LaunchConfig,
+    SamplingParams,
+    check_port,
+    checked_options,
+)
 
 log = logging.getLogger(__name__)
 MAX_LINE = 64 * 1024
+OPTIONS: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "api_key": None, "max_tokens": 32}
+
+
+def check_options(table: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``[frontends.lines]`` options with their defaults; ValueError for a bad one."""
+    options = checked_options("[frontends.lines]", table, OPTIONS)
+    check_port("[frontends.lines]", options["port"])
+    if options["api_key"]:
+        raise ValueError("the lines frontend has no authentication: it cannot serve an api_key")
+    if options["max_tokens"] < 1:
+        raise ValueError("[frontends.lines] max_tokens must be at least 1")
+    return options
 
 
 class LinesFrontend:
     """Satisfies ``minisgl_core.api.Frontend``; built as ``factory(client, config, options)``
     by the launcher."""
 
+    check_options = staticmethod(check_options)
+
     def __init__(self, client: EngineClient, config: LaunchConfig,
                  options: Mapping[str, Any]) -> None:
+        checked = check_options(options)
         self.client = client
-        self.host = str(options.get("host", config.host))
-        self.port = int(options.get("port", 0))
-        self.max_tokens = int(options.get("max_tokens", 32))
+        self.host: str = checked["host"]
+        self.port: int = checked["port"]
+        self.max_tokens: int = checked["max_tokens"]
         self._server: asyncio.Server | None = None
         self._stopped: asyncio.Event | None = None
 

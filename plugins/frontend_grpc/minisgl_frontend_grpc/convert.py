@@ -1,7 +1,9 @@
 """Turn protobuf requests into core GenerateRequests, and core errors into gRPC status codes.
 
-Tools are handed to the core in OpenAI's shapes (``minisgl_core.text.tool_calls`` checks them),
-so the prompt and the grammar are the OpenAI frontend's for the same tools.
+A bad request raises ``RequestRejected``, as every check in the core does; the server maps each
+one through ``status_for_error`` (INVALID_ARGUMENT, NOT_FOUND for the model). Tools are handed
+to the core in OpenAI's shapes (``minisgl_core.api.tool_request`` checks them), so the prompt
+and the grammar are the OpenAI frontend's for the same tools.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from typing import Any, get_args
 
 import grpc
 
-from minisgl_core.text.tool_calls import ToolRequest, ToolRequestError, tool_request
-from minisgl_core.wire.schema import (
+from minisgl_core.api import (
     ChatMessage,
     ErrorInfo,
     GenerateRequest,
+    RequestRejected,
     SamplingParams,
     StructuredKind,
     StructuredOutput,
     ToolCall,
+    ToolRequest,
+    tool_request,
 )
 
 # proto field -> SamplingParams field, for the `optional` scalars (unset = the core's default)
@@ -31,17 +35,8 @@ STRUCTURED_KINDS: tuple[str, ...] = get_args(StructuredKind)
 TOOL_CHOICE_MODES = ("none", "auto", "required")
 
 
-class RequestError(Exception):
-    """A request the server refuses: the gRPC status code and the message for the client."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def to_sampling(sampling: Any) -> SamplingParams:
-    """Build SamplingParams from a ``minisgl.v1.SamplingParams``; RequestError when invalid."""
+    """Build SamplingParams from a ``minisgl.v1.SamplingParams``; RequestRejected when invalid."""
     kwargs: dict[str, Any] = {
         "max_tokens": sampling.max_tokens or DEFAULT_MAX_TOKENS,  # 0 (unset) = the default
         "stop": tuple(sampling.stop),
@@ -55,15 +50,15 @@ def to_sampling(sampling: Any) -> SamplingParams:
     if sampling.HasField("structured"):
         kind = sampling.structured.kind
         if kind not in STRUCTURED_KINDS:
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"sampling.structured.kind must be one of "
-                               f"{', '.join(STRUCTURED_KINDS)}, got {kind[:40]!r}")
+            raise RequestRejected(f"sampling.structured.kind must be one of "
+                                  f"{', '.join(STRUCTURED_KINDS)}, got {kind[:40]!r}",
+                                  param="sampling.structured.kind")
         # whether the spec compiles is checked by the engine: INVALID_ARGUMENT naming the problem
         kwargs["structured"] = StructuredOutput(kind, sampling.structured.spec)
     try:
         return SamplingParams(**kwargs)
     except ValueError as exc:  # the core says which field and why
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"sampling: {exc}") from exc
+        raise RequestRejected(f"sampling: {exc}", param="sampling") from exc
 
 
 def to_core_request(request: Any, *, model_name: str, owner: str
@@ -71,22 +66,21 @@ def to_core_request(request: Any, *, model_name: str, owner: str
     """Validate a ``minisgl.v1.GenerateRequest``: the engine's GenerateRequest, and its checked
     tools (None without any)."""
     if request.model and request.model != model_name:
-        raise RequestError(grpc.StatusCode.NOT_FOUND,
-                           f"model {request.model!r} is not served here; "
-                           f"this server serves {model_name!r}")
+        raise RequestRejected(f"model {request.model!r} is not served here; this server serves "
+                              f"{model_name!r}", code="model_not_found", param="model")
     given = [name for name, present in (("prompt", bool(request.prompt)),
                                         ("messages", len(request.messages) > 0),
                                         ("token_ids", len(request.token_ids) > 0)) if present]
     if len(given) != 1:
         got = " and ".join(given) if given else "none"
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"exactly one of prompt, messages or token_ids must be set; got {got}")
+        raise RequestRejected("exactly one of prompt, messages or token_ids must be set; "
+                              f"got {got}", param="prompt")
     messages = None
     if request.messages:
         for i, m in enumerate(request.messages):
             if not m.role:
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"messages[{i}].role must not be empty")
+                raise RequestRejected(f"messages[{i}].role must not be empty",
+                                      param=f"messages[{i}].role")
         messages = tuple(ChatMessage(role=m.role, content=m.content,
                                      tool_calls=_history_calls(i, m),
                                      tool_call_id=m.tool_call_id or None)
@@ -95,15 +89,11 @@ def to_core_request(request: Any, *, model_name: str, owner: str
     if request.token_ids:
         token_ids = tuple(request.token_ids)
         if min(token_ids) < 0:
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               "token_ids must be non-negative")
+            raise RequestRejected("token_ids must be non-negative", param="token_ids")
     sampling = to_sampling(request.sampling)
     tools = to_tool_request(request)
     if tools is not None:
-        try:
-            sampling = tools.constrain(sampling)
-        except ToolRequestError as exc:
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, exc.message) from None
+        sampling = tools.constrain(sampling)
     return GenerateRequest(
         request_id=request.request_id or uuid.uuid4().hex,
         owner=owner,
@@ -126,11 +116,11 @@ def _template_kwargs(request: Any) -> str | None:
     except ValueError:
         kwargs = None
     if not isinstance(kwargs, dict):
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                           "chat_template_kwargs must be a JSON object")
+        raise RequestRejected("chat_template_kwargs must be a JSON object",
+                              param="chat_template_kwargs")
     if not request.messages:
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                           "chat_template_kwargs needs messages (a chat)")
+        raise RequestRejected("chat_template_kwargs needs messages (a chat)",
+                              param="chat_template_kwargs")
     return raw
 
 
@@ -142,19 +132,16 @@ def to_tool_request(request: Any) -> ToolRequest | None:
     if which == "mode":
         choice = request.tool_choice.mode
         if choice not in TOOL_CHOICE_MODES:
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"tool_choice.mode must be one of {', '.join(TOOL_CHOICE_MODES)}"
-                               f", got {choice[:40]!r}")
+            raise RequestRejected(f"tool_choice.mode must be one of "
+                                  f"{', '.join(TOOL_CHOICE_MODES)}, got {choice[:40]!r}",
+                                  param="tool_choice.mode")
     elif which == "function":
         choice = {"type": "function", "function": {"name": request.tool_choice.function}}
     if tools and not request.messages:
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                           "tools need messages (a chat), not a prompt or token_ids")
+        raise RequestRejected("tools need messages (a chat), not a prompt or token_ids",
+                              param="tools")
     parallel = request.parallel_tool_calls if request.HasField("parallel_tool_calls") else None
-    try:
-        return tool_request(tools, choice, parallel)
-    except ToolRequestError as exc:
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, exc.message) from None
+    return tool_request(tools, choice, parallel)
 
 
 def _tool(i: int, tool: Any) -> dict[str, Any]:
@@ -166,21 +153,22 @@ def _tool(i: int, tool: Any) -> dict[str, Any]:
         try:
             function["parameters"] = json.loads(tool.parameters)
         except ValueError:
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"tools[{i}].parameters is not valid JSON") from None
+            raise RequestRejected(f"tools[{i}].parameters is not valid JSON",
+                                  param=f"tools[{i}].parameters") from None
     return {"type": "function", "function": function}
 
 
 def _history_calls(i: int, message: Any) -> tuple[ToolCall, ...]:
     if message.tool_calls and message.role != "assistant":
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"messages[{i}]: only assistant messages carry tool_calls")
+        raise RequestRejected(f"messages[{i}]: only assistant messages carry tool_calls",
+                              param=f"messages[{i}].tool_calls")
     # empty arguments: OpenAI's default for a call that has none
     return tuple(ToolCall(c.id, c.name, c.arguments or "{}") for c in message.tool_calls)
 
 
 def status_for_error(error: ErrorInfo) -> grpc.StatusCode:
-    """The gRPC status code for an error the engine put on a terminal delta."""
+    """The gRPC status code of an error: a rejection (``RequestRejected.info()``, here or in
+    the engine) or a failure the engine put on a terminal delta."""
     if error.type == "invalid_request_error":
         if error.code == "model_not_found":
             return grpc.StatusCode.NOT_FOUND

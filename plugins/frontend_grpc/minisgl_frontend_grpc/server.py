@@ -13,22 +13,36 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from minisgl_core.engine_client import EngineClient, EngineOverloaded, EngineUnavailable
-from minisgl_core.wire.schema import TextDelta
+from minisgl_core.api import (
+    EngineClient,
+    EngineOverloaded,
+    EngineUnavailable,
+    RequestRejected,
+    TextDelta,
+    check_port,
+    checked_options,
+)
 from minisgl_frontend_grpc.codegen import load_stubs
-from minisgl_frontend_grpc.convert import RequestError, status_for_error, to_core_request
+from minisgl_frontend_grpc.convert import status_for_error, to_core_request
 from minisgl_frontend_grpc.tool_answer import ToolAnswer
 
 if TYPE_CHECKING:
-    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.api import LaunchConfig
 
 pb2, pb2_grpc = load_stubs()
 
 log = logging.getLogger("minisgl.frontend.grpc")
 
 SERVICE_NAME: str = pb2.DESCRIPTOR.services_by_name["Generator"].full_name  # minisgl.v1.Generator
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 50051
+# the [frontends.grpc] table: every option and its default (--grpc-port writes port, --host
+# and --api-key write host and api_key)
+OPTIONS: dict[str, Any] = {
+    "host": "127.0.0.1",
+    "port": 50051,  # 0: any free port (see GrpcFrontend.bound_port)
+    "api_key": None,  # set: every call carries ``authorization: Bearer <key>``
+    "grace_s": 5.0,  # how long shutdown lets in-flight calls finish
+    "health_interval_s": 0.5,  # how often the health status follows client.healthy()
+}
 SERVER_OPTIONS = (
     # grpc turns SO_REUSEPORT on by default: a second server would bind the same port silently
     ("grpc.so_reuseport", 0),
@@ -72,8 +86,8 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
         try:
             core, tools = to_core_request(request, model_name=self._client.model_name,
                                           owner=self._client.frontend_id)
-        except RequestError as exc:
-            await context.abort(exc.code, exc.message)
+        except RequestRejected as exc:  # every check's rejection, mapped as the engine's are
+            await context.abort(status_for_error(exc.info()), exc.message)
             return  # not reached: abort raises
         rid = core.request_id
         answer = ToolAnswer(tools) if tools is not None and tools.mode != "none" else None
@@ -145,27 +159,35 @@ async def _close(stream: AsyncIterator[TextDelta], client: EngineClient, rid: st
         await client.abort(rid)
 
 
-class GrpcFrontend:
-    """The gRPC frontend: ``serve()`` until ``shutdown()``.
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options with their defaults; ValueError naming the bad one (``minisgl launch`` calls
+    this before any worker starts)."""
+    checked = checked_options("[frontends.grpc]", options, OPTIONS)
+    check_port("[frontends.grpc]", checked["port"])
+    if not checked["host"]:
+        raise ValueError("[frontends.grpc] host must not be empty")
+    for key in ("grace_s", "health_interval_s"):
+        if not checked[key] > 0:
+            raise ValueError(f"[frontends.grpc] {key} must be > 0, got {checked[key]}")
+    return checked
 
-    It listens on ``config.host``:``port`` (127.0.0.1:50051 by default; port 0 picks a free one,
-    see ``bound_port``). Options (the ``[frontends.grpc]`` table; ``--grpc-port`` sets ``port``):
-    ``port`` (50051); ``grace_s`` (5.0),
-    how long shutdown lets in-flight calls finish; ``health_interval_s`` (0.5), how often the
-    health status follows ``client.healthy()``.
-    """
+
+class GrpcFrontend:
+    """The gRPC frontend: ``serve()`` until ``shutdown()``, on its ``host``:``port`` options
+    (127.0.0.1:50051 by default; port 0 picks a free one, see ``bound_port``). ``OPTIONS`` lists
+    its ``[frontends.grpc]`` table."""
+
+    check_options = staticmethod(check_options)
 
     def __init__(self, client: EngineClient, config: LaunchConfig,
                  options: Mapping[str, Any]) -> None:
         self._client = client
-        self.host = str(getattr(config, "host", None) or DEFAULT_HOST)
-        port = options.get("port", DEFAULT_PORT)
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ValueError(f"[frontends.grpc] port must be an integer in 0..65535, got {port!r}")
-        self.port = port
-        self.api_key: str | None = getattr(config, "api_key", None)
-        self.grace_s = float(options.get("grace_s", 5.0))
-        self.health_interval_s = float(options.get("health_interval_s", 0.5))
+        checked = check_options(options)
+        self.host: str = checked["host"]
+        self.port: int = checked["port"]
+        self.api_key: str | None = checked["api_key"] or None
+        self.grace_s: float = checked["grace_s"]
+        self.health_interval_s: float = checked["health_interval_s"]
         self.bound_port: int | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()

@@ -6,9 +6,7 @@ call that may be in the making is held back and never streamed as text.
 
 from __future__ import annotations
 
-from minisgl_core.text.tool_calls import ToolRequest
-from minisgl_core.text.tool_parser import Content, Event, collect
-from minisgl_core.wire.schema import ToolCall
+from minisgl_core.api import Content, Event, ToolCall, ToolRequest, collect_tool_calls
 
 
 class ToolAnswer:
@@ -28,7 +26,7 @@ class ToolAnswer:
 
     def calls(self) -> list[ToolCall]:
         """The calls made so far, whole, in order."""
-        return collect(self._call_events)[1]
+        return collect_tool_calls(self._call_events)[1]
 
     def finish_reason(self, reason: str) -> str:
         """``tool_calls`` for an answer that ended by itself after making calls."""

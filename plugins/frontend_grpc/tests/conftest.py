@@ -10,8 +10,14 @@ from typing import Any
 import grpc
 import pytest
 
-from minisgl_core.engine_client import EngineOverloaded, EngineUnavailable
-from minisgl_core.wire.schema import ErrorInfo, GenerateRequest, TextDelta
+from minisgl_core.api import (
+    EngineOverloaded,
+    EngineUnavailable,
+    ErrorInfo,
+    GenerateRequest,
+    LaunchConfig,
+    TextDelta,
+)
 
 SCENARIO_TIMEOUT_S = 30.0
 
@@ -106,12 +112,6 @@ def _prompt_len(request: GenerateRequest) -> int:
     return len((request.prompt or "").split())
 
 
-class Config:
-    """The LaunchConfig fields the frontend reads."""
-
-    host = "127.0.0.1"
-
-
 Scenario = Callable[[Any, grpc.aio.Channel, ScriptedEngine], Awaitable[None]]
 
 
@@ -127,7 +127,7 @@ def run_server(engine: ScriptedEngine) -> Callable[..., None]:
 
     def run(scenario: Scenario, **options: Any) -> None:
         async def main() -> None:
-            frontend = GrpcFrontend(engine, Config(), {"port": 0, "grace_s": 0.5, **options})
+            frontend = GrpcFrontend(engine, LaunchConfig(), {"port": 0, "grace_s": 0.5, **options})
             serving = asyncio.create_task(frontend.serve())
             try:
                 for _ in range(500):  # bounded wait for the bind

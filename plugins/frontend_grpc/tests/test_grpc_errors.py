@@ -8,6 +8,8 @@ import grpc
 import pytest
 from minisgl_frontend_grpc.codegen import load_stubs
 
+from minisgl_core.api import LaunchConfig
+
 pb2, pb2_grpc = load_stubs()
 Code = grpc.StatusCode
 
@@ -96,8 +98,7 @@ def test_second_server_on_the_same_port_fails(run_server, engine) -> None:
     from minisgl_frontend_grpc.server import GrpcFrontend
 
     async def scenario(frontend, channel, engine) -> None:
-        config = type("Config", (), {"host": "127.0.0.1"})()
-        second = GrpcFrontend(engine, config, {"port": frontend.bound_port})
+        second = GrpcFrontend(engine, LaunchConfig(), {"port": frontend.bound_port})
         with pytest.raises(RuntimeError, match="cannot bind"):
             await second.start()
 

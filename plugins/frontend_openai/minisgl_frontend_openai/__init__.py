@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from minisgl_core import hookimpl
-from minisgl_core.plugin.hookspecs import Register
+from minisgl_core.api import Register, hookimpl
 
 if TYPE_CHECKING:
     import typer

@@ -7,12 +7,11 @@ The handlers live in their own modules (``info_routes``, ``generate_routes``,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from fastapi import FastAPI
 
-from minisgl_core.engine_client import EngineClient
+from minisgl_core.api import EngineClient
 from minisgl_frontend_openai.context import AppContext
 from minisgl_frontend_openai.error_handlers import add_error_handlers
 from minisgl_frontend_openai.errors import APIError
@@ -21,7 +20,7 @@ from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.info_routes import add_info_routes
 from minisgl_frontend_openai.metrics import FrontendMetrics
 from minisgl_frontend_openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
-from minisgl_frontend_openai.tokenize_routes import LazyTokenizer, add_tokenize_routes
+from minisgl_frontend_openai.tokenize_routes import add_tokenize_routes
 from minisgl_frontend_openai.ui import UI_PATHS
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -30,12 +29,12 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 def build_app(client: EngineClient, *, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_aliases: Iterable[str] = (),
               metrics_require_key: bool = False,
-              metrics: FrontendMetrics | None = None, served_model_names: Sequence[str] = (),
-              tokenizer: Callable[[], Any] | None = None) -> FastAPI:
+              metrics: FrontendMetrics | None = None,
+              served_model_names: Sequence[str] = ()) -> FastAPI:
     """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics.
 
     ``served_model_names`` (``--served-model-name``) replace the engine's model name: the first
-    is reported, each is accepted. ``tokenizer`` loads a TokenizerRole for /tokenize.
+    is reported, each is accepted.
     """
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None, openapi_url=None)
     ctx = AppContext(client=client, metrics=metrics or FrontendMetrics(), started=int(time.time()),
@@ -45,9 +44,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     app.state.live = ctx.live  # generations not yet closed (empty when idle)
     add_error_handlers(app)
     add_info_routes(app)
-    if tokenizer is not None:
-        add_tokenize_routes(app, LazyTokenizer(tokenizer), owner=client.frontend_id,
-                            check_model=ctx.check_model, max_context=lambda: client.max_context)
+    add_tokenize_routes(app, client, check_model=ctx.check_model)
     add_generate_routes(app)
     if api_key:
         open_paths = ["/health"] if metrics_require_key else ["/health", "/metrics"]

@@ -7,7 +7,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from minisgl_frontend_openai.errors import APIError, bad_request
+from minisgl_core.api import RequestRejected
+from minisgl_frontend_openai.errors import bad_request
 
 
 class Strict(BaseModel):
@@ -33,7 +34,7 @@ def parse(model: type[_B], body: bytes) -> _B:
     return req
 
 
-def describe(exc: ValidationError) -> APIError:
+def describe(exc: ValidationError) -> RequestRejected:
     """One 400 naming the first invalid field and why, without the offending value."""
     errors = exc.errors(include_input=False, include_url=False)
     first = errors[0]

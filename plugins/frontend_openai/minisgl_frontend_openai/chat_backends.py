@@ -186,17 +186,16 @@ class _Exchange(threading.Thread):
 
 
 class OfflineBackend:
-    """Runs the engine in this process (``minisgl_core.LLM``) and streams its tokens as text."""
+    """Runs the engine in this process (``minisgl_core.api.LLM``) and streams its text."""
 
     def __init__(self, model: str | None, params: Params) -> None:
-        from minisgl_core import LLM, SamplingParams
+        from minisgl_core.api import LLM, SamplingParams
 
         self.llm = LLM(model)
         self.model = model or "default"
         self.sampling = SamplingParams(**{k: v for k, v in vars(params).items()
                                           if v is not None})
         self.outcome = Outcome()
-        self._turns = 0
 
     def describe(self) -> str:
         """One line for the banner."""
@@ -205,33 +204,19 @@ class OfflineBackend:
     def stream(self, messages: Sequence[Message],
                stopped: Callable[[], bool] = lambda: False) -> Iterator[str]:
         """Yield the answer's text step by step; ``stopped()`` or closing early aborts it."""
-        from minisgl_core.text.hf import raw_decoder
-        from minisgl_core.text.incremental import IncrementalDetokenizer
-
         self.outcome = outcome = Outcome()
-        tokenizer, engine = self.llm.tokenizer, self.llm.engine
-        prompt = tokenizer.apply_chat_template([dict(m) for m in messages],
-                                               add_generation_prompt=True, tokenize=False)
-        ids = tokenizer.encode(prompt, add_special_tokens=False)  # the template holds any BOS
-        self._turns += 1
-        rid = f"chat-{self._turns}"
-        detok = IncrementalDetokenizer(raw_decoder(tokenizer, True), ids[-4:])
-        engine.add_request(rid, ids, self.sampling)
+        chunks = self.llm.stream_chat(messages, self.sampling)
         try:
-            for out in engine.run_until_idle():
+            for chunk in chunks:
                 if stopped():  # checked between steps: a step itself runs to its end
                     return
-                text = detok.push(out.token_ids)
-                if text:
-                    yield text
-                if out.finish_reason is not None:
-                    outcome.finish_reason = out.finish_reason
-                    outcome.completion_tokens = out.completion_tokens
-            if tail := detok.finish():
-                yield tail
+                if chunk.text:
+                    yield chunk.text
+                if chunk.finish_reason is not None:
+                    outcome.finish_reason = chunk.finish_reason
+                    outcome.completion_tokens = chunk.completion_tokens
         finally:
-            if outcome.finish_reason is None:
-                engine.abort(rid)
+            chunks.close()  # aborts the request when it has not finished
 
 
 def _error_message(body: bytes, reason: str) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from minisgl_core.engine_client import EngineClient
+from minisgl_core.api import EngineClient, RequestRejected
 from minisgl_frontend_openai.errors import APIError
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.metrics import FrontendMetrics
@@ -32,11 +32,12 @@ class AppContext:
         return list(dict.fromkeys((*primary, *self.aliases)))
 
     def check_model(self, name: str | None) -> str:
-        """The reported name, or a 404 ``model_not_found`` for a name not served."""
+        """The reported name; RequestRejected ``model_not_found`` (a 404) for a name not
+        served."""
         names = self.served_names()
         if name is not None and name not in names:
-            raise APIError(404, f"The model '{name[:100]}' does not exist",
-                           param="model", code="model_not_found")
+            raise RequestRejected(f"The model '{name[:100]}' does not exist", param="model",
+                                  code="model_not_found")
         return names[0]
 
     def model_card(self, name: str) -> dict[str, object]:

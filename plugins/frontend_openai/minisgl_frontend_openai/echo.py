@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from minisgl_core.wire.schema import TextLogprob, TextPromptLogprobs
+from minisgl_core.api import TextLogprob, TextPromptLogprobs
 from minisgl_frontend_openai.generation import ChoiceState, Usage
 from minisgl_frontend_openai.responses import CompletionFormat, vllm_prompt_logprobs
 from minisgl_frontend_openai.schemas import CompletionRequest, Prompt

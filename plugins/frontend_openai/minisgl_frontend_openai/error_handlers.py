@@ -1,4 +1,4 @@
-"""Every error as OpenAI's envelope: API errors, unknown routes, bad bodies, crashes."""
+"""Every error as OpenAI's envelope: rejections, API errors, unknown routes, bad bodies, crashes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from minisgl_frontend_openai.context import CLIENT_CLOSED_REQUEST
-from minisgl_frontend_openai.errors import APIError, bad_request
+from minisgl_core.api import EngineUnavailable, RequestRejected
+from minisgl_frontend_openai.context import CLIENT_CLOSED_REQUEST, unavailable
+from minisgl_frontend_openai.errors import APIError, bad_request, rejected
 
 log = logging.getLogger("minisgl_frontend_openai.app")
 
@@ -19,6 +20,17 @@ log = logging.getLogger("minisgl_frontend_openai.app")
 async def api_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
     return JSONResponse(exc.envelope(), status_code=exc.status)
+
+
+async def rejection(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestRejected)
+    err = rejected(exc)
+    return JSONResponse(err.envelope(), status_code=err.status)
+
+
+async def engine_unavailable(_: Request, __: Exception) -> Response:
+    err = unavailable()  # e.g. /tokenize while the engine is down
+    return JSONResponse(err.envelope(), status_code=err.status)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -38,8 +50,9 @@ async def validation_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     param = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "path"))
-    err = bad_request(f"Invalid value for '{param}': {first.get('msg')}", param=param or None)
-    return JSONResponse(err.envelope(), status_code=400)
+    err = rejected(bad_request(f"Invalid value for '{param}': {first.get('msg')}",
+                               param=param or None))
+    return JSONResponse(err.envelope(), status_code=err.status)
 
 
 async def gone_while_reading(_: Request, __: Exception) -> Response:
@@ -55,6 +68,8 @@ async def internal_error(_: Request, exc: Exception) -> Response:
 def add_error_handlers(app: FastAPI) -> None:
     """Install the handlers, most specific first."""
     app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(RequestRejected, rejection)  # every check's 400 (404: the model)
+    app.add_exception_handler(EngineUnavailable, engine_unavailable)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(ClientDisconnect, gone_while_reading)

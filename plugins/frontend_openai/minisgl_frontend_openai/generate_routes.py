@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from minisgl_core.wire.schema import GenerateRequest
+from minisgl_core.api import GenerateRequest
 from minisgl_frontend_openai.body import parse
 from minisgl_frontend_openai.context import (
     CLIENT_CLOSED_REQUEST,
@@ -43,7 +43,7 @@ async def chat_completions(request: Request) -> Response:
     client = ctx.client
     req = parse(ChatCompletionRequest, await request.body())
     model = ctx.check_model(req.model)
-    sampling, grammar_param = with_structured(req.model_extra, req.sampling(client.max_context))
+    sampling, grammar_param = with_structured(req.model_extra, req.sampling())
     tools, sampling = prepare_tools(req.model_extra, sampling)
     if tools is not None and tools.mode in ("required", "named"):
         grammar_param = "tools"
@@ -70,7 +70,7 @@ async def completions(request: Request) -> Response:
     client = ctx.client
     req = parse(CompletionRequest, await request.body())
     model = ctx.check_model(req.model)
-    sampling, grammar_param = with_structured(req.model_extra, req.sampling(client.max_context))
+    sampling, grammar_param = with_structured(req.model_extra, req.sampling())
     prompts = req.prompts()
     n = req.choices_per_prompt
     rid = uuid.uuid4().hex

@@ -14,8 +14,15 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from minisgl_core.engine_client import EngineClient, EngineOverloaded, EngineUnavailable
-from minisgl_core.wire.schema import GenerateRequest, TextDelta, TextLogprob, TextPromptLogprobs
+from minisgl_core.api import (
+    EngineClient,
+    EngineOverloaded,
+    EngineUnavailable,
+    GenerateRequest,
+    TextDelta,
+    TextLogprob,
+    TextPromptLogprobs,
+)
 from minisgl_frontend_openai.errors import APIError, engine_aborted, from_error_info
 from minisgl_frontend_openai.metrics import FrontendMetrics
 

@@ -7,7 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from minisgl_core import __version__
+from minisgl_core.api import __version__
 from minisgl_frontend_openai.context import context_of, unavailable
 from minisgl_frontend_openai.metrics import CONTENT_TYPE
 from minisgl_frontend_openai.openapi import openapi_document

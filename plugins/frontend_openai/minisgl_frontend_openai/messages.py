@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from minisgl_core.wire.schema import ChatMessage, ToolCall
+from minisgl_core.api import ChatMessage, ToolCall
 from minisgl_frontend_openai.body import Strict
 from minisgl_frontend_openai.errors import bad_request
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.wire.schema import TextDelta, TextLogprob, TextPromptLogprobs
+from minisgl_core.api import TextDelta, TextLogprob, TextPromptLogprobs
 from minisgl_frontend_openai.generation import ChoiceState, Usage
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 from pydantic import Field
 
-from minisgl_core.wire.schema import MAX_LOGPROBS, ChatMessage, SamplingParams
+from minisgl_core.api import MAX_LOGPROBS, ChatMessage, SamplingParams
 from minisgl_frontend_openai.body import Strict
 from minisgl_frontend_openai.errors import bad_request
 from minisgl_frontend_openai.messages import Message, chat_messages
@@ -125,18 +125,18 @@ class _GenerationRequest(Strict):
             raise bad_request(f"at most {MAX_STOP} stop strings are allowed, got {len(self.stop)}",
                               param="stop")
 
-    def sampling(self, max_context: int) -> SamplingParams:
-        """The SamplingParams for choice 0 (see ``for_choice`` for the others)."""
+    def sampling(self) -> SamplingParams:
+        """The SamplingParams for choice 0 (see ``for_choice`` for the others).
+
+        Only their shape is checked here: whether prompt and max_tokens fit the context is the
+        tokenizer's to say, once it knows the prompt's length in tokens.
+        """
         max_tokens, param = self.max_tokens, "max_tokens"
         if self.max_completion_tokens is not None:
             if max_tokens is not None and max_tokens != self.max_completion_tokens:
                 raise bad_request("'max_tokens' and 'max_completion_tokens' disagree; send one",
                                   param="max_completion_tokens")
             max_tokens, param = self.max_completion_tokens, "max_completion_tokens"
-        if max_tokens is not None and max_context > 0 and max_tokens >= max_context:
-            raise bad_request(f"{param} ({max_tokens}) must be less than the model's context "
-                              f"length ({max_context} tokens)", param=param,
-                              code="context_length_exceeded")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         values: dict[str, Any] = {
             "max_tokens": max_tokens, "temperature": self.temperature, "top_p": self.top_p,
@@ -156,8 +156,9 @@ class _GenerationRequest(Strict):
         except ValueError as exc:
             message = str(exc)
             field = message.split(" ", 1)[0]
-            raise bad_request(message, param=param if field == "max_tokens" else
-                              (field if field in values else None)) from None
+            if field == "max_tokens":  # named as the client sent it (max_completion_tokens)
+                raise bad_request(param + message[len(field):], param=param) from None
+            raise bad_request(message, param=field if field in values else None) from None
 
     def top_count(self) -> int | None:
         """How many top alternatives each token's logprob comes with; None: no logprobs."""
@@ -242,12 +243,11 @@ class CompletionRequest(_GenerationRequest):
         """``echo`` with ``max_tokens: 0``: the prompt is scored, nothing is generated."""
         return bool(self.echo) and self.max_tokens == 0
 
-    def sampling(self, max_context: int) -> SamplingParams:
+    def sampling(self) -> SamplingParams:
         if self.echo_only:
             # the engine always samples a token: one is taken and left out of the answer
-            return super(CompletionRequest, self.model_copy(update={"max_tokens": 1})).sampling(
-                max_context)
-        return super().sampling(max_context)
+            return super(CompletionRequest, self.model_copy(update={"max_tokens": 1})).sampling()
+        return super().sampling()
 
     def prompts(self) -> list[Prompt]:
         """A string, a list of strings, token ids, or a list of token-id lists -> prompts."""

@@ -11,21 +11,26 @@ import contextlib
 import logging
 import math
 import socket
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from minisgl_core.engine_client import EngineClient
+from minisgl_core.api import EngineClient, check_port, checked_options
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 from minisgl_frontend_openai.ui import add_ui
 
 if TYPE_CHECKING:
-    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.api import LaunchConfig
 
 log = logging.getLogger("minisgl.frontend.openai")
 
+# the [frontends.openai] table: every option and its default (--host, --port and --api-key
+# write host, port and api_key)
 OPTIONS: dict[str, Any] = {
+    "host": "127.0.0.1",
+    "port": 8000,  # 0: any free port
+    "api_key": None,  # set: every route but /health, /metrics and the page needs it
     "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
     "model_aliases": [],  # extra names accepted (and listed) as the served model
     "metrics_require_key": False,  # True: /metrics needs the API key too
@@ -37,18 +42,16 @@ OPTIONS: dict[str, Any] = {
 }
 
 
-def _tokenizer_loader(model: str | None, client: EngineClient) -> Callable[[], Any]:
-    """Load the served model's TokenizerRole (for /tokenize); called once, on first use."""
-
-    def load() -> Any:
-        from minisgl_core.plugin.loading import build_manager
-        from minisgl_core.plugin.model_lookup import resolve_model
-        from minisgl_core.text.tokenize import TokenizerRole
-
-        # resolved as the launcher did, through the plugins' resolvers (a cached directory)
-        return TokenizerRole(resolve_model(build_manager(), model), max(client.max_context, 2))
-
-    return load
+def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options with their defaults; ValueError naming the bad one (``minisgl launch`` calls
+    this before any worker starts)."""
+    checked = checked_options("[frontends.openai]", options, OPTIONS)
+    check_port("[frontends.openai]", checked["port"])
+    if not checked["host"]:
+        raise ValueError("[frontends.openai] host must not be empty")
+    if checked["max_body_bytes"] < 1:
+        raise ValueError("[frontends.openai] max_body_bytes must be at least 1")
+    return checked
 
 
 class _Server(uvicorn.Server):
@@ -58,25 +61,22 @@ class _Server(uvicorn.Server):
 
 
 class OpenAIFrontend:
-    """Serves the OpenAI API for ``client`` on ``config.host``:``config.port`` (0 = any port)."""
+    """Serves the OpenAI API for ``client`` on its ``host``:``port`` options (0 = any port)."""
+
+    check_options = staticmethod(check_options)
 
     def __init__(self, client: EngineClient, config: LaunchConfig,
                  options: Mapping[str, Any]) -> None:
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise ValueError(f"unknown option(s) for the openai frontend: {', '.join(unknown)}; "
-                             f"known: {', '.join(OPTIONS)}")
-        self.options = {**OPTIONS, **options}
+        self.options = check_options(options)
         self.client = client
-        self.host: str = getattr(config, "host", "127.0.0.1")
-        self._requested_port = int(getattr(config, "port", 8000))
-        self.api_key: str | None = getattr(config, "api_key", None) or None
+        self.host: str = self.options["host"]
+        self._requested_port: int = self.options["port"]
+        self.api_key: str | None = self.options["api_key"] or None
         self.app = build_app(client, api_key=self.api_key,
                              max_body_bytes=int(self.options["max_body_bytes"]),
                              model_aliases=self.options["model_aliases"],
                              metrics_require_key=bool(self.options["metrics_require_key"]),
-                             served_model_names=tuple(getattr(config, "served_model_name", ())),
-                             tokenizer=_tokenizer_loader(getattr(config, "model", None), client))
+                             served_model_names=tuple(getattr(config, "served_model_name", ())))
         add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
         self._server: _Server | None = None

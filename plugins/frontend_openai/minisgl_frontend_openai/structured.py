@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from minisgl_core.wire.schema import SamplingParams, StructuredOutput
+from minisgl_core.api import SamplingParams, StructuredOutput
 from minisgl_frontend_openai.errors import APIError, bad_request
 
 KEYS = ("json", "regex", "choice", "grammar", "json_object")
@@ -121,5 +121,5 @@ def with_structured(extra: Mapping[str, Any] | None, sampling: SamplingParams
 def name_grammar_error(exc: APIError, param: str | None) -> APIError:
     """The engine's rejection of a grammar, as a 400 naming the request field it came from."""
     if exc.code == "invalid_grammar" and param is not None and exc.param is None:
-        return bad_request(f"{param}: {exc.message}", param=param, code="invalid_grammar")
+        return APIError(exc.status, f"{param}: {exc.message}", param=param, code=exc.code)
     return exc

@@ -1,13 +1,13 @@
-"""POST /tokenize and /detokenize in vLLM's shapes, with the model's own tokenizer and template.
+"""POST /tokenize and /detokenize in vLLM's shapes, answered by the service's tokenizer role.
 
-The tokenizer is loaded on first use (in a worker thread, so the event loop keeps serving) with
-the same TokenizerRole the tokenizer process runs, so ``/tokenize`` of chat messages shows exactly
-the prompt ids a chat completion would send to the engine.
+The body's shape is checked here; the ids come from the tokenizer process through
+``EngineClient.tokenize`` (the same role, tokenizer and chat template a generation goes through),
+so ``/tokenize`` of chat messages shows exactly the prompt ids a chat completion would send, and
+this process loads no tokenizer.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +15,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 
-from minisgl_core.wire.schema import GenerateRequest
+from minisgl_core.api import EngineClient, GenerateRequest, SamplingParams, TokenizerReply
 from minisgl_frontend_openai.body import Strict, parse
-from minisgl_frontend_openai.errors import APIError, bad_request
+from minisgl_frontend_openai.errors import bad_request, from_error_info
 from minisgl_frontend_openai.messages import Message, chat_messages
 from minisgl_frontend_openai.schemas import MAX_TOKEN_ID, template_kwargs_json
 from minisgl_frontend_openai.tools import tool_request
@@ -40,6 +40,20 @@ class TokenizeRequest(Strict):
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise bad_request("send exactly one of 'prompt' or 'messages'", param="prompt")
+        if self.prompt is not None and not self.prompt:
+            raise bad_request("the prompt is empty", param="prompt")
+
+    def engine_request(self, owner: str) -> GenerateRequest:
+        """The generation request whose prompt ids are asked for."""
+        if self.prompt is not None:
+            return GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
+                                   prompt=self.prompt)
+        tools = tool_request({"tools": self.tools})
+        return GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
+                               messages=chat_messages(self.messages or []),
+                               tools=tools.template_json if tools else None,
+                               chat_template_kwargs=template_kwargs_json(
+                                   self.chat_template_kwargs))
 
 
 class DetokenizeRequest(Strict):
@@ -54,73 +68,30 @@ class DetokenizeRequest(Strict):
             raise bad_request(f"token id {bad} is not a token id", param="tokens")
 
 
-class LazyTokenizer:
-    """Builds the TokenizerRole once, off the event loop; every caller awaits the same one."""
-
-    def __init__(self, load: Callable[[], Any]) -> None:
-        self._load = load
-        self._role: Any = None
-        self._lock = asyncio.Lock()
-
-    async def get(self) -> Any:
-        """The loaded TokenizerRole (503 when it cannot be loaded)."""
-        async with self._lock:
-            if self._role is None:
-                try:
-                    self._role = await asyncio.to_thread(self._load)
-                except Exception as exc:  # noqa: BLE001 - a missing tokenizer is not a crash
-                    raise APIError(503, f"the tokenizer is unavailable: {type(exc).__name__}",
-                                   type="server_error", code="tokenizer_unavailable") from None
-            return self._role
+def _answered(reply: TokenizerReply) -> TokenizerReply:
+    if reply.error is not None:
+        raise from_error_info(reply.error)
+    return reply
 
 
-def add_tokenize_routes(app: FastAPI, tokenizer: LazyTokenizer, *, owner: str,
-                        check_model: Callable[[str | None], str],
-                        max_context: Callable[[], int]) -> None:
+def add_tokenize_routes(app: FastAPI, client: EngineClient, *,
+                        check_model: Callable[[str | None], str]) -> None:
     """Register POST /tokenize and /detokenize on ``app`` (vLLM serves them unversioned)."""
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> Response:
         req = parse(TokenizeRequest, await request.body())
         check_model(req.model)
-        role = await tokenizer.get()
-        ids = await asyncio.to_thread(_encode, role, req, owner)
-        body: dict[str, Any] = {"count": len(ids), "max_model_len": max_context(),
-                                "tokens": list(ids), "token_strs": None}
-        if req.return_token_strs:
-            body["token_strs"] = role.tokenizer.convert_ids_to_tokens(list(ids))
-        return JSONResponse(body)
+        reply = _answered(await client.tokenize(
+            req.engine_request(client.frontend_id), add_special_tokens=req.add_special_tokens,
+            add_generation_prompt=req.add_generation_prompt, token_strs=req.return_token_strs))
+        strs = list(reply.token_strs) if reply.token_strs is not None else None
+        return JSONResponse({"count": len(reply.token_ids), "max_model_len": client.max_context,
+                             "tokens": list(reply.token_ids), "token_strs": strs})
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Response:
         req = parse(DetokenizeRequest, await request.body())
         check_model(req.model)
-        role = await tokenizer.get()
-        if any(t >= role.vocab_size for t in req.tokens):
-            raise bad_request(f"token ids must be below the vocabulary size ({role.vocab_size})",
-                              param="tokens")
-        text = await asyncio.to_thread(role.tokenizer.decode, req.tokens)
-        return JSONResponse({"prompt": text})
-
-
-def _encode(role: Any, req: TokenizeRequest, owner: str) -> tuple[int, ...]:
-    from minisgl_core.text.tokenize import RequestError
-    from minisgl_core.wire.schema import SamplingParams
-
-    try:
-        if req.prompt is not None:
-            if not req.prompt:
-                raise bad_request("the prompt is empty", param="prompt")
-            add = True if req.add_special_tokens is None else req.add_special_tokens
-            return tuple(role.tokenizer.encode(req.prompt, add_special_tokens=add))
-        tools = tool_request({"tools": req.tools})
-        gen = GenerateRequest(request_id="tokenize", owner=owner, sampling=SamplingParams(),
-                              messages=chat_messages(req.messages or []),
-                              tools=tools.template_json if tools else None,
-                              chat_template_kwargs=template_kwargs_json(req.chat_template_kwargs))
-        ids = role.encode(gen, add_generation_prompt=req.add_generation_prompt)
-        if req.add_special_tokens and role.tokenizer.bos_token_id is not None:
-            ids = (role.tokenizer.bos_token_id, *ids)
-        return tuple(ids)
-    except RequestError as exc:
-        raise bad_request(exc.info.message, param=exc.info.param, code=exc.info.code) from None
+        reply = _answered(await client.detokenize(req.tokens))
+        return JSONResponse({"prompt": reply.text})

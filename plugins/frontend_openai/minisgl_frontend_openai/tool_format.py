@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from minisgl_core.text.tool_calls import ToolRequest
-from minisgl_core.text.tool_parser import (
+from minisgl_core.api import (
     Arguments,
     CallStart,
     Content,
+    TextDelta,
+    TextLogprob,
     ToolCallParser,
-    collect,
+    ToolRequest,
+    collect_tool_calls,
 )
-from minisgl_core.wire.schema import TextDelta, TextLogprob
 from minisgl_frontend_openai.generation import ChoiceState
 from minisgl_frontend_openai.responses import ChatFormat, with_reasoning
 
@@ -64,7 +65,7 @@ class ToolChatFormat(ChatFormat):
 
     def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
         parser = self.tools.parser()
-        content, calls = collect(parser.feed("".join(choice.text)) + parser.finish())
+        content, calls = collect_tool_calls(parser.feed("".join(choice.text)) + parser.finish())
         message = with_reasoning({"role": "assistant", "content": content or None}, choice)
         if calls:
             message["tool_calls"] = [{"id": c.id, "type": "function", "function": {

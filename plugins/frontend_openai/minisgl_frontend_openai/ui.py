@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import logging
 import math
 import re
 import time
@@ -21,13 +20,10 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from minisgl_core import __version__
-from minisgl_core.engine_client import EngineClient
+from minisgl_core.api import EngineClient, __version__
 from minisgl_frontend_openai.engine_stats import StatsHistory, current
 from minisgl_frontend_openai.errors import bad_request
 from minisgl_frontend_openai.metrics import FrontendMetrics
-
-log = logging.getLogger(__name__)
 
 UI_PATHS = ("/", "/ui")  # served without the API key: the page holds no data
 _INCLUDE = re.compile(r"<(style|script) data-inline=\"([\w.-]+)\"></\1>")
@@ -70,19 +66,6 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
     return info
 
 
-def plugin_rows() -> list[dict[str, Any]]:
-    """Installed plugins with their versions, as ``minisgl plugins`` lists them."""
-    from minisgl_core.cli.common import Plugins
-
-    try:
-        rows = Plugins().rows()
-    except Exception as exc:  # noqa: BLE001 - the page shows what it can
-        log.warning("cannot list the plugins: %s", exc)
-        return []
-    return [{"name": r.name, "dist": r.dist, "version": r.version,
-             "provides": list(r.provides), "status": r.status} for r in rows]
-
-
 def add_ui(app: FastAPI, client: EngineClient, config: Any) -> None:
     """Add ``/``, ``/ui``, ``/v1/engine/info`` and ``/v1/engine/stats`` to ``app``."""
     html, csp = page()
@@ -90,7 +73,6 @@ def add_ui(app: FastAPI, client: EngineClient, config: Any) -> None:
                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
     metrics: FrontendMetrics = app.state.metrics
     app.state.stats_history = history = StatsHistory()
-    plugins: list[dict[str, Any]] = []
 
     async def index() -> Response:
         return HTMLResponse(html, headers=headers)
@@ -100,9 +82,8 @@ def add_ui(app: FastAPI, client: EngineClient, config: Any) -> None:
 
     @app.get("/v1/engine/info")
     async def engine_info() -> Response:
-        if not plugins:  # listed once: plugins cannot change while the service runs
-            plugins.extend(plugin_rows())
-        return JSONResponse({**served_info(client, config), "plugins": plugins})
+        # the launcher's own listing, as `minisgl plugins` shows it
+        return JSONResponse({**served_info(client, config), "plugins": client.plugins()})
 
     @app.get("/v1/engine/stats")
     async def engine_stats(request: Request) -> Response:

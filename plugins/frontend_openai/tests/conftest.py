@@ -12,7 +12,7 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,8 +20,16 @@ import httpx
 import pytest
 from minisgl_frontend_openai.server import OpenAIFrontend
 
-from minisgl_core.engine_client import EngineOverloaded, EngineUnavailable
-from minisgl_core.wire.schema import ErrorInfo, GenerateRequest, TextDelta, TextLogprob
+from minisgl_core.api import (
+    EngineOverloaded,
+    EngineUnavailable,
+    ErrorInfo,
+    GenerateRequest,
+    LaunchConfig,
+    TextDelta,
+    TextLogprob,
+    TokenizerReply,
+)
 
 WORDS = (" alpha", " beta", " gamma", " delta", " epsilon", " zeta")
 UNICODE = ("h\u00e9", " \U0001f600", " \u4e2d", "\u6587", " \u00fc", "!")
@@ -46,6 +54,7 @@ class ScriptedEngineClient:
         self.gauges = {"requests_running": 2.0, "requests_waiting": 1.0,
                        "kv_pages_total": 64.0, "kv_pages_free": 60.0, "steps_total": 7.0}
         self.requests: list[GenerateRequest] = []
+        self.tokenized: list[GenerateRequest] = []
         self.aborted: list[str] = []
         self.explicit_aborts: list[str] = []
         self.active: set[str] = set()
@@ -60,6 +69,31 @@ class ScriptedEngineClient:
 
     async def abort(self, request_id: str) -> None:
         self.explicit_aborts.append(request_id)
+
+    async def tokenize(self, request: GenerateRequest, *, add_special_tokens: bool | None = None,
+                       add_generation_prompt: bool = True, token_strs: bool = False
+                       ) -> TokenizerReply:
+        """One id per word of the scripted prompt (its length, as generation counts it)."""
+        if not self.is_healthy:
+            raise EngineUnavailable("the engine is starting")
+        self.tokenized.append(request)
+        words = prompt_text(request).split()
+        ids = tuple(len(w) for w in words)
+        if add_special_tokens if add_special_tokens is not None else request.prompt is not None:
+            ids, words = (0, *ids), ["<s>", *words]
+        return TokenizerReply("scripted", token_ids=ids,
+                              token_strs=tuple(words) if token_strs else None)
+
+    async def detokenize(self, token_ids: Sequence[int]) -> TokenizerReply:
+        if any(t >= VOCAB_SIZE for t in token_ids):
+            return TokenizerReply("scripted", error=ErrorInfo(
+                f"token ids must be below the vocabulary size ({VOCAB_SIZE})", param="tokens"))
+        return TokenizerReply("scripted", text=" ".join(f"t{t}" for t in token_ids))
+
+    def plugins(self) -> list[dict[str, Any]]:
+        return [{"name": "frontend_openai", "dist": "minisgl-frontend-openai",
+                 "version": "0.1.0", "provides": ["frontend:openai"], "hooks": [],
+                 "status": "ok"}]
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TextDelta]:
         self.requests.append(request)
@@ -165,8 +199,9 @@ class RunningServer:
 
     def __init__(self, client: ScriptedEngineClient, *, api_key: str | None = None,
                  options: dict[str, Any] | None = None, **config_fields: Any) -> None:
-        config = SimpleNamespace(host="127.0.0.1", port=0, api_key=api_key, **config_fields)
-        self.frontend = OpenAIFrontend(client, config, options or {})
+        config = LaunchConfig(**config_fields)
+        self.frontend = OpenAIFrontend(client, config, {"host": "127.0.0.1", "port": 0,
+                                                        "api_key": api_key, **(options or {})})
         self.port = self.frontend.bind()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/v1"

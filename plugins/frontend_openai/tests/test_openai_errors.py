@@ -45,7 +45,7 @@ BAD_CHAT = [
                                                        "repetition_penalty"),
     ({"n": 0}, "n"), ({"n": 17}, "n"), ({"stop": [f"s{i}" for i in range(17)]}, "stop"),
     ({"stop": [""]}, "stop"), ({"stop": 5}, "stop"), ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": "ten"}, "max_tokens"), ({"max_completion_tokens": 256},
+    ({"max_tokens": "ten"}, "max_tokens"), ({"max_completion_tokens": 0},
                                             "max_completion_tokens"),
     ({"max_tokens": 3, "max_completion_tokens": 4}, "max_completion_tokens"),
     ({"temperature": "hot"}, "temperature"), ({"ignore_eos": "yes"}, "ignore_eos"),

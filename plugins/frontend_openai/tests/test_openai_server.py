@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -17,9 +16,13 @@ import minisgl_frontend_openai
 import pytest
 from minisgl_frontend_openai.server import OpenAIFrontend
 
+from minisgl_core.api import LaunchConfig
 
-def config(port: int = 0, api_key: str | None = None) -> SimpleNamespace:
-    return SimpleNamespace(host="127.0.0.1", port=port, api_key=api_key)
+CONFIG = LaunchConfig()
+
+
+def options(port: int = 0, **more: Any) -> dict[str, Any]:
+    return {"host": "127.0.0.1", "port": port, **more}
 
 
 def test_plugin_registers_the_openai_frontend_lazily() -> None:
@@ -37,12 +40,12 @@ def test_plugin_registers_the_openai_frontend_lazily() -> None:
 
 def test_unknown_options_are_rejected(kit: Any) -> None:
     with pytest.raises(ValueError, match="max_body"):
-        OpenAIFrontend(kit.ScriptedEngineClient(), config(), {"max_body": 1})
+        OpenAIFrontend(kit.ScriptedEngineClient(), CONFIG, options(max_body=1))
 
 
 def test_serves_in_the_main_thread_without_touching_signals(kit: Any) -> None:
     signals = (signal.SIGINT, signal.SIGTERM)
-    frontend = OpenAIFrontend(kit.ScriptedEngineClient(), config(), {})
+    frontend = OpenAIFrontend(kit.ScriptedEngineClient(), CONFIG, options())
 
     async def main() -> tuple[int, dict[int, Any], dict[int, Any]]:
         before = {sig: signal.getsignal(sig) for sig in signals}  # asyncio.run's own SIGINT
@@ -60,10 +63,10 @@ def test_serves_in_the_main_thread_without_touching_signals(kit: Any) -> None:
 
 
 def test_binding_port_zero_and_a_busy_port(kit: Any) -> None:
-    first = OpenAIFrontend(kit.ScriptedEngineClient(), config(), {})
+    first = OpenAIFrontend(kit.ScriptedEngineClient(), CONFIG, options())
     port = first.bind()
     assert port > 0 and first.bind() == port and first.url == f"http://127.0.0.1:{port}/v1"
-    second = OpenAIFrontend(kit.ScriptedEngineClient(), config(port), {})
+    second = OpenAIFrontend(kit.ScriptedEngineClient(), CONFIG, options(port))
     with pytest.raises(OSError):
         second.bind()
     asyncio.run(first.shutdown())  # never served: just releases the socket
@@ -72,7 +75,7 @@ def test_binding_port_zero_and_a_busy_port(kit: Any) -> None:
 
 
 def test_shutdown_before_serve_means_serve_returns_at_once(kit: Any) -> None:
-    frontend = OpenAIFrontend(kit.ScriptedEngineClient(), config(), {})
+    frontend = OpenAIFrontend(kit.ScriptedEngineClient(), CONFIG, options())
 
     async def main() -> bool:
         await frontend.shutdown()

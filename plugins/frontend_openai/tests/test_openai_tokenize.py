@@ -3,60 +3,51 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
-from minisgl_core.testing.tiny import make_tiny_model
+
+@pytest.fixture(scope="module")
+def scripted(kit: SimpleNamespace) -> Any:
+    return kit.ScriptedEngineClient()
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tok") / "tiny", "llama")
-
-
-@pytest.fixture(scope="module")
-def named(kit: SimpleNamespace, tiny_dir: Path) -> Iterator[Any]:
-    running = kit.RunningServer(kit.ScriptedEngineClient(), model=str(tiny_dir),
-                                served_model_name=("my-model", "alias-b"))
+def named(kit: SimpleNamespace, scripted: Any) -> Iterator[Any]:
+    running = kit.RunningServer(scripted, served_model_name=("my-model", "alias-b"))
     yield running
     running.stop()
 
 
-def test_tokenize_prompt_matches_the_tokenizer(named: Any, http: httpx.Client,
-                                               tiny_dir: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_dir)
-    r = http.post(f"{named.base}/tokenize", json={"prompt": "Hello world!",
+def test_tokenize_asks_the_engine_and_answers_in_vllms_shape(named: Any, scripted: Any,
+                                                             http: httpx.Client) -> None:
+    r = http.post(f"{named.base}/tokenize", json={"prompt": "Hello big world",
                                                    "return_token_strs": True})
     assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["tokens"] == tok.encode("Hello world!")
-    assert body["count"] == len(body["tokens"])
-    assert body["max_model_len"] == 256
-    assert body["token_strs"] == tok.convert_ids_to_tokens(body["tokens"])
-    back = http.post(f"{named.base}/detokenize", json={"tokens": body["tokens"]})
-    assert back.status_code == 200 and back.json() == {"prompt": "Hello world!"}
+    # the scripted tokenizer: <s>, then one id per word (its length)
+    assert r.json() == {"count": 4, "max_model_len": 256, "tokens": [0, 5, 3, 5],
+                        "token_strs": ["<s>", "Hello", "big", "world"]}
+    asked = scripted.tokenized[-1]
+    assert asked.prompt == "Hello big world" and asked.owner == scripted.frontend_id
+    back = http.post(f"{named.base}/detokenize", json={"tokens": [5, 3]})
+    assert back.status_code == 200 and back.json() == {"prompt": "t5 t3"}
 
 
-def test_tokenize_chat_applies_the_template(named: Any, http: httpx.Client,
-                                            tiny_dir: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_dir)
+def test_tokenize_chat_hands_over_the_template_inputs(named: Any, scripted: Any,
+                                                      http: httpx.Client) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    r = http.post(f"{named.base}/tokenize", json={"model": "alias-b", "messages": messages})
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    r = http.post(f"{named.base}/tokenize", json={"model": "alias-b", "messages": messages,
+                                                   "tools": tools})
     assert r.status_code == 200, r.text
-    assert r.json()["tokens"] == tok.encode(text, add_special_tokens=False)
-    assert r.json()["token_strs"] is None
-    bare = http.post(f"{named.base}/tokenize", json={"messages": messages,
-                                                      "add_generation_prompt": False})
-    assert bare.json()["count"] < r.json()["count"]
+    assert r.json()["tokens"] == [2, 6, 2] and r.json()["token_strs"] is None
+    asked = scripted.tokenized[-1]
+    assert [(m.role, m.content) for m in asked.messages] == [("system", "Be brief."),
+                                                              ("user", "hi")]
+    assert asked.prompt is None and '"name": "f"' in (asked.tools or "")
 
 
 @pytest.mark.parametrize(("path", "body", "param"), [
@@ -93,3 +84,13 @@ def test_served_model_names_replace_the_engine_name(named: Any, http: httpx.Clie
         assert r.status_code == 200, r.text
         assert r.json()["model"] == "my-model"
         assert r.json()["usage"]["completion_tokens"] == 3
+
+
+def test_tokenize_while_the_engine_is_down_is_503(named: Any, scripted: Any,
+                                                  http: httpx.Client) -> None:
+    scripted.is_healthy = False
+    try:
+        r = http.post(f"{named.base}/tokenize", json={"prompt": "x"})
+    finally:
+        scripted.is_healthy = True
+    assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"

@@ -5,8 +5,7 @@ Only the registration lives here; pynng itself is imported when the transport is
 
 from __future__ import annotations
 
-from minisgl_core import hookimpl
-from minisgl_core.plugin.hookspecs import Register
+from minisgl_core.api import Register, hookimpl
 
 __version__ = "0.1.0"
 

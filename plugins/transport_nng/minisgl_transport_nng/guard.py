@@ -23,7 +23,7 @@ from typing import Any
 
 import pynng
 
-from minisgl_core.plugin.transport_tcp import RefusalLog
+from minisgl_core.api import RefusalLog
 
 log = logging.getLogger("minisgl.transport")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pynng
 
-from minisgl_core.plugin.transport_tcp import read_private, write_private
+from minisgl_core.api import read_private, write_private
 
 SERVER_NAME = "minisgl"  # the name in the member certificate, checked by every dialer
 VALID_DAYS = 3650

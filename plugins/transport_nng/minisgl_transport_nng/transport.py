@@ -31,16 +31,18 @@ from typing import Any, ClassVar
 
 import pynng
 
-from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.plugin.transport_tcp import (
+from minisgl_core.api import (
+    AddressInUse,
+    ChannelClosed,
     NetworkOptions,
+    check_size,
     check_tcp_endpoint,
+    ipc_endpoint,
     keys_hint,
     note_plaintext,
     split_tcp,
+    tcp_endpoint,
 )
-from minisgl_core.plugin.transport_util import check_size
-from minisgl_core.service.rundir import ipc_endpoint, tcp_endpoint
 from minisgl_transport_nng.guard import Guard
 from minisgl_transport_nng.keys import TlsKeys, write_keys
 

@@ -21,8 +21,7 @@ from typing import Any
 
 import zmq
 
-from minisgl_core.interfaces import ChannelClosed
-from minisgl_core.plugin.transport_util import check_size
+from minisgl_core.api import ChannelClosed, check_size
 
 _COPY_THRESHOLD = 65536  # below this pyzmq copies anyway; above it zero-copy pays off
 

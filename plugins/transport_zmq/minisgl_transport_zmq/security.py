@@ -25,7 +25,7 @@ import zmq
 from zmq.utils import z85
 from zmq.utils.monitor import parse_monitor_message
 
-from minisgl_core.plugin.transport_tcp import RefusalLog, read_private, write_private
+from minisgl_core.api import RefusalLog, read_private, write_private
 
 log = logging.getLogger("minisgl.transport")
 

@@ -19,14 +19,18 @@ from typing import Any, ClassVar
 
 import zmq
 
-from minisgl_core.interfaces import AddressInUse, ChannelClosed
-from minisgl_core.plugin.transport_tcp import (
+from minisgl_core.api import (
+    AddressInUse,
+    ChannelClosed,
     NetworkOptions,
     check_tcp_endpoint,
+    claim_ipc_path,
+    ipc_endpoint,
+    ipc_path,
     note_plaintext,
     split_tcp,
+    tcp_endpoint,
 )
-from minisgl_core.service.rundir import claim_ipc_path, ipc_endpoint, ipc_path, tcp_endpoint
 from minisgl_transport_zmq.channel import (
     BIND_LOCK,
     ZmqReceiver,
