@@ -88,15 +88,17 @@ def ensure_converted(gguf: Path, *, name: str | None = None,
     gguf = Path(gguf).expanduser().resolve()
     if not gguf.is_file():
         raise ModelNotFoundError(f"no such GGUF file: {gguf}")
-    arch = gguf_architecture(gguf)
-    if architectures is not None and arch not in architectures:
-        raise ModelNotFoundError(f"{gguf.name} is a {arch}, which minisgl does not serve "
-                                 f"(supported: {', '.join(sorted(architectures))})")
     sha = content_hash(gguf)
     root = gguf_root()
     found = _converted(root, sha)
-    if found is not None:
+    if found is not None:  # its marker names the architecture: no need to read the GGUF
+        _check_architecture(gguf, str((read_marker(found) or {}).get("architecture", "")),
+                            architectures)
         return found
+    # reading the header imports gguf (and numpy, yaml): only where a conversion is due, so
+    # that a launcher serving a converted file stays light
+    arch = gguf_architecture(gguf)
+    _check_architecture(gguf, arch, architectures)
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f".{sha[:16]}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -117,6 +119,12 @@ def ensure_converted(gguf: Path, *, name: str | None = None,
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _check_architecture(gguf: Path, arch: str, architectures: Collection[str] | None) -> None:
+    if architectures is not None and arch not in architectures:
+        raise ModelNotFoundError(f"{gguf.name} is a {arch}, which minisgl does not serve "
+                                 f"(supported: {', '.join(sorted(architectures))})")
 
 
 def read_marker(path: Path) -> dict[str, object] | None:
