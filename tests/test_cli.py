@@ -22,11 +22,11 @@ class FakeZmq:
 
     @hookimpl
     def minisgl_register_transports(self, register):
-        register("zmq", "json:dumps")
+        register("zmq", "json:dumps", default=True)
 
     @hookimpl
     def minisgl_register_frontends(self, register):
-        register("openai", "json:loads")
+        register("openai", "json:loads", default=True)
 
 
 @pytest.fixture(autouse=True)
@@ -156,7 +156,7 @@ def test_config_show_never_prints_an_api_key() -> None:
 class OnlyZmq:
     @hookimpl
     def minisgl_register_transports(self, register):
-        register("zmq", "json:dumps")
+        register("zmq", "json:dumps", default=True)
 
 
 @pytest.mark.parametrize(("args", "message"), [

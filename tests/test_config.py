@@ -45,7 +45,8 @@ def openai(cfg: LaunchConfig) -> dict[str, object]:
 def test_defaults() -> None:
     cfg = load_config(env={})
     assert cfg == LaunchConfig()
-    assert (cfg.transport, cfg.frontends) == ("zmq", ("openai",))
+    # the core names no transport or frontend: the installed plugins offer the defaults
+    assert (cfg.transport, cfg.frontends) == (None, None)
     assert cfg.frontends_options == {}  # a frontend's options and defaults are its own
     assert (cfg.model, cfg.dtype, cfg.device, cfg.tp, cfg.cache) == (None, "float32", "cpu", 1,
                                                                      "radix")
@@ -127,7 +128,7 @@ def test_env_ignores_unrelated_minisgl_variables() -> None:
         (["transports.zmq=1"], "-s transports.<name>.<key>=VALUE expected"),
         (["nonsense"], '-s takes KEY=VALUE, got "nonsense"'),
         (["frontend=openai,openai"], "frontend lists a frontend twice"),
-        (["frontend="], "frontend must name at least one frontend"),
+        (["frontend=,"], "frontend must name at least one frontend"),
     ],
 )
 def test_override_errors(overrides: list[str], message: str) -> None:
@@ -210,3 +211,18 @@ def test_served_model_name_takes_a_comma_list() -> None:
     assert cfg.served_model_name == ("main", "alias-1")
     assert load_config(env={"MINISGL_SERVED_MODEL_NAME": "x"}).served_model_name == ("x",)
     assert load_config(env={}).served_model_name == ()
+
+
+def test_every_frontend_shorthands_wait_for_the_default_frontend(toml_file: Path) -> None:
+    cfg = load_config(env={"MINISGL_HOST": "0.0.0.0"},
+                      overrides=["frontends.acme.host=::1", "frontends.acme.port=1"])
+    assert cfg.frontends is None and cfg.frontend_table("anything") == {"host": "0.0.0.0"}
+    # a later layer's --host still wins over an earlier layer's own table, and the reverse
+    assert cfg.frontend_table("acme") == {"host": "::1", "port": 1}
+    later = load_config(env={}, flags={"host": "10.0.0.1"}, overrides=["frontends.acme.port=1"])
+    chosen = later.with_plugin_defaults("zmq", ("acme",))
+    assert chosen.frontends == ("acme",) and chosen.frontend_table("acme") == {
+        "port": 1, "host": "10.0.0.1"}
+    assert "*" not in chosen.frontends_options
+    named = load_config(toml_file, env={}).with_plugin_defaults("zmq", ("acme",))
+    assert (named.transport, named.frontends) == ("nng", ("openai", "grpc"))  # the file's

@@ -143,3 +143,29 @@ def test_registries_report_provides_per_owner_and_role_kinds() -> None:
         regs.roles.get("tokenizer", "hff")
     with pytest.raises(UnknownName, match='unknown role kind "tokeniser"; did you mean'):
         regs.roles.check("tokeniser", "hf")
+
+
+def test_the_default_is_the_one_a_plugin_offers() -> None:
+    reg = make_transports()
+    with pytest.raises(LookupError, match="no installed plugin offers a default one; name one "
+                                          r"\(installed: inproc, nng, zmq\)"):
+        reg.default()
+    reg.add("tcp-only", "json:dumps", "acme", default=True)
+    assert reg.default() == "tcp-only"
+    reg.add("other", "json:dumps", "beta", default=True)
+    with pytest.raises(LookupError, match='default transport: "other" \\(beta\\), '
+                                          '"tcp-only" \\(acme\\); name one'):
+        reg.default()
+
+
+def test_the_installed_plugins_default_to_zmq_and_openai() -> None:
+    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.config.sources import load_config
+    from minisgl_core.plugin.loading import build_manager, collect
+
+    regs = collect(build_manager())
+    cfg = regs.with_defaults(load_config(env={}, overrides=["host=0.0.0.0", "api_key=k"]))
+    assert (cfg.transport, cfg.frontends) == ("zmq", ("openai",))
+    assert cfg.frontends_options == {"openai": {"host": "0.0.0.0", "api_key": "k"}}
+    named = LaunchConfig(transport="nng", frontends=("grpc",))
+    assert regs.with_defaults(named) == named  # a named choice is kept as it is

@@ -24,7 +24,7 @@ class FakeFrontend:
 
     @hookimpl
     def minisgl_register_frontends(self, register):
-        register("openai", "json:loads")
+        register("openai", "json:loads", default=True)
 
 
 @pytest.fixture(autouse=True)

@@ -59,8 +59,9 @@ def test_a_service_on_the_synthetic_scheduler(tmp_path: Path) -> None:
     from minisgl_core.testing.tiny import make_tiny_model
 
     model = str(make_tiny_model(tmp_path / "tiny", "llama"))
-    # 20 tokens/s per request: a 400-token stream is still running when it is dropped
-    svc = launch_service(model, transport="zmq", log_dir=tmp_path, args=[
+    # 20 tokens/s per request: a 400-token stream is still running when it is dropped; no
+    # transport or frontend named: the ones the installed plugins offer (zmq, openai)
+    svc = launch_service(model, transport=None, frontend=None, log_dir=tmp_path, args=[
         "--scheduler", "synthetic", "-s", "roles.scheduler.synthetic.tokens_per_s=20",
         "--num-pages", "64", "--page-size", "16", "--max-seq-len-override", "512"])
     try:
@@ -84,6 +85,7 @@ def test_a_service_on_the_synthetic_scheduler(tmp_path: Path) -> None:
                                 what="the dropped stream aborted, its pages free")
         assert idle["minisgl_kv_pages_free"] == idle["minisgl_kv_pages_total"] == 64
         assert idle['minisgl_requests_finished_total{reason="abort"}'] == 1
+        assert "transport zmq | frontend openai |" in svc.log()
     finally:
         svc.stop()
         assert not svc.leftover_workers()

@@ -48,9 +48,14 @@ def plugins(
         raise typer.Exit(1)
 
 
-def config_show(config: ConfigOpt = None, set_: SetOpt = None, json_: JsonOpt = False) -> None:
+def config_show(ctx: typer.Context, config: ConfigOpt = None, set_: SetOpt = None,
+                json_: JsonOpt = False) -> None:
     """Print the merged config (defaults < file < MINISGL_* env < -s) as TOML or JSON."""
     cfg = load(config, {}, set_)
+    try:  # the transport and frontends the installed plugins offer when the config names none
+        cfg = state(ctx).regs.with_defaults(cfg)
+    except LookupError:
+        pass  # none offered: shown unset, and `minisgl launch` says what to name
     tables = {name: {**table, "api_key": "<redacted>"} if table.get("api_key") else table
               for name, table in cfg.frontends_options.items()}
     cfg = dataclasses.replace(cfg, frontends_options=tables)  # a secret: never printed

@@ -12,7 +12,8 @@ from minisgl_core.plugin.registry import Registries, RegistryError
 
 
 def validate(cfg: LaunchConfig, regs: Registries) -> None:
-    """Raise RegistryError unless the selected transport, frontends and roles can be used, and
+    """Raise RegistryError unless the selected transport, frontends and roles (``cfg`` with its
+    defaults chosen, ``Registries.with_defaults``) can be used, and
     ValueError for a frontend options table its frontend refuses (before any worker starts)."""
     for error, _owners in regs.conflicts():
         raise error
@@ -32,10 +33,12 @@ def validate(cfg: LaunchConfig, regs: Registries) -> None:
 def launch(
     ctx: typer.Context,
     config: ConfigOpt = None,
-    transport: Annotated[str | None, typer.Option(help="Transport between processes.")] = None,
-    frontend: Annotated[
-        list[str] | None, typer.Option(help="Frontend(s) to serve: openai, grpc or both (a,b).")
+    transport: Annotated[str | None, typer.Option(
+        help="Transport between processes (default: the installed plugins' default, zmq).")
     ] = None,
+    frontend: Annotated[list[str] | None, typer.Option(
+        help="Frontend(s) to serve: openai, grpc or both (a,b); default: the installed "
+             "plugins' default, openai.")] = None,
     model: Annotated[str | None, typer.Option(
         help="Model: a directory, a .gguf file or a Hub id (ORG/NAME); unset: the default.")
     ] = None,
@@ -98,6 +101,7 @@ def launch(
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []
     cfg = load(config, flags, [*shorthands, *(set_ or [])])
     try:
+        cfg = state(ctx).regs.with_defaults(cfg)
         validate(cfg, state(ctx).regs)
     except (RegistryError, ValueError) as exc:
         raise fail(str(exc)) from None

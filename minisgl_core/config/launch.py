@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from minisgl_core import deprecated
@@ -43,8 +43,10 @@ class LaunchConfig:
     ``None`` in an engine setting means "let the engine choose" (e.g. ``num_pages`` from memory).
     """
 
-    transport: str = "zmq"
-    frontends: tuple[str, ...] = ("openai",)
+    # None: the one an installed plugin offers as the default (``register(..., default=True)``:
+    # zmq and openai from the first-party plugins), chosen when the service starts
+    transport: str | None = None
+    frontends: tuple[str, ...] | None = None
     model: str | None = None  # None = the default model; a directory, a .gguf file, ORG/NAME
     revision: str | None = None  # of a Hub model: a branch, tag or commit (None: main)
     gguf_file: str | None = None  # a GGUF file of the Hub repo (or directory) in ``model``
@@ -87,11 +89,11 @@ class LaunchConfig:
             object.__setattr__(self, name, copy.deepcopy(dict(getattr(self, name))))
 
     def _problem(self) -> str | None:
-        if not self.transport:
+        if self.transport is not None and not self.transport.strip():
             return "transport must be a non-empty name"
-        if not self.frontends or not all(self.frontends):
+        if self.frontends is not None and (not self.frontends or not all(self.frontends)):
             return "frontend must name at least one frontend"
-        if len(set(self.frontends)) != len(self.frontends):
+        if self.frontends is not None and len(set(self.frontends)) != len(self.frontends):
             return f"frontend lists a frontend twice: {', '.join(self.frontends)}"
         if not 0 <= self.dist_port <= 65535:
             return f"dist_port must be in 0..65535, got {self.dist_port}"
@@ -153,14 +155,30 @@ class LaunchConfig:
         return dict(self.transports.get(name, {}))
 
     def frontend_table(self, name: str) -> dict[str, Any]:
-        """The ``[frontends.<name>]`` table (empty when absent)."""
-        return dict(self.frontends_options.get(name, {}))
+        """The ``[frontends.<name>]`` table (empty when absent); while no frontend is named, one
+        without a table of its own gets what ``--host`` / ``--api-key`` wrote for every one."""
+        table = self.frontends_options.get(name)
+        if table is None and self.frontends is None:
+            table = self.frontends_options.get(shorthands.EVERY_FRONTEND)
+        return dict(table or {})
+
+    def with_plugin_defaults(self, transport: str, frontends: tuple[str, ...]) -> LaunchConfig:
+        """This config with an unset transport / frontend list set to the given defaults (the
+        ones the installed plugins offer), and ``--host`` / ``--api-key`` written into each."""
+        options = {k: v for k, v in self.frontends_options.items()
+                   if k != shorthands.EVERY_FRONTEND}
+        if self.frontends is None:
+            for name in frontends:
+                options.setdefault(name, self.frontend_table(name))
+        return replace(self, transport=self.transport or transport,
+                       frontends=self.frontends or frontends,
+                       frontends_options={k: v for k, v in options.items() if v})
 
     def __getattr__(self, name: str) -> Any:
         # host, port and api_key were core keys: they are the openai frontend's options now
         if name not in shorthands.DEPRECATED_DEFAULTS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return shorthands.deprecated_key(self.frontends_options.get("openai", {}), name)
+        return shorthands.deprecated_key(self.frontend_table("openai"), name)
 
     def role_name(self, kind: str) -> str:
         """The selected implementation of role ``kind`` (tokenizer, detokenizer, scheduler)."""
@@ -180,7 +198,7 @@ class LaunchConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "frontends":
-                out["frontend"] = list(value)
+                out["frontend"] = None if value is None else list(value)
             elif f.name == "roles":
                 out["roles"] = config_roles.to_file_form(value)
             elif f.name in TABLES.values():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
 
 from minisgl_core.config import roles as config_roles
@@ -81,20 +80,25 @@ class Merged:
 
     def build(self) -> LaunchConfig:
         """The config of every layer applied (checked by LaunchConfig itself)."""
-        selected = self.values.get("frontends", _DEFAULT_FRONTENDS)
-        tables = {**self.tables, "frontends_options": {}}
-        for name, table in self.frontend_writes:
-            for each in selected if name == shorthands.EVERY_FRONTEND else (name,):
-                _deep_merge(tables["frontends_options"].setdefault(each, {}), table)
-        for name, table in list(tables["frontends_options"].items()):  # unset by a shorthand
-            for key in [k for k, v in table.items() if v is None]:
-                del table[key]
-            if not table:
-                del tables["frontends_options"][name]
-        return LaunchConfig(**self.values, **tables, roles=self.roles)
-
-
-_DEFAULT_FRONTENDS = next(f.default for f in fields(LaunchConfig) if f.name == "frontends")
+        selected = self.values.get("frontends")
+        named = {name for name, _ in self.frontend_writes if name != shorthands.EVERY_FRONTEND}
+        # each frontend's table folds, in layer order, its own writes and the "every frontend"
+        # ones; with no frontend named yet, those stay under "*" until the default is chosen
+        targets = sorted(named | set(selected or ()))
+        if selected is None:
+            targets.append(shorthands.EVERY_FRONTEND)
+        options: dict[str, dict[str, Any]] = {}
+        for each in targets:
+            every = selected is None or each in selected  # "every frontend" includes this one
+            table: dict[str, Any] = {}
+            for name, write in self.frontend_writes:
+                if name == each or (every and name == shorthands.EVERY_FRONTEND):
+                    _deep_merge(table, write)
+            table = {k: v for k, v in table.items() if v is not None}  # unset by a shorthand
+            if table:
+                options[each] = table
+        return LaunchConfig(**self.values, **{**self.tables, "frontends_options": options},
+                            roles=self.roles)
 
 
 __all__ = ["Merged"]

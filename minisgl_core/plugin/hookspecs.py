@@ -14,7 +14,7 @@ Registration hooks receive a ``register`` callback. Pass it a *factory* or, bett
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pluggy
 
@@ -34,8 +34,12 @@ T = TypeVar("T")
 Target = Any
 """A factory (any callable) or a lazy ``"module:attr"`` string naming one."""
 
-Register = Callable[[str, Target], None]
-"""``register(name, factory_or_"module:attr")``; a name may be registered by one plugin only."""
+class Register(Protocol):
+    """``register(name, factory_or_"module:attr", default=False)``; a name may be registered by
+    one plugin only. ``default=True`` offers it as the one used when the user names none (the
+    first-party zmq transport and openai frontend do); two defaults of one kind are an error."""
+
+    def __call__(self, name: str, target: Target, *, default: bool = False) -> None: ...
 
 
 RoleRegister = Callable[[RoleKind, str, Target], None]

@@ -251,8 +251,8 @@ def call_each(
 
 def _register_into(reg: Registry[Any]) -> Any:
     def make_kwargs(owner: str) -> dict[str, Any]:
-        def register(name: str, target: Any) -> None:
-            reg.add(name, target, owner)
+        def register(name: str, target: Any, *, default: bool = False) -> None:
+            reg.add(name, target, owner, default=default)
 
         return {"register": register}
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from minisgl_core.did_you_mean import suggest as suggest  # re-exported: transports use it
+
+if TYPE_CHECKING:
+    from minisgl_core.config.launch import LaunchConfig
 
 T = TypeVar("T")
 
@@ -64,6 +67,7 @@ class Entry:
     name: str
     target: Any
     owner: str
+    default: bool = False  # offered as the one used when the user names none
 
     @property
     def lazy(self) -> bool:
@@ -83,12 +87,12 @@ class Registry(Generic[T]):
         self._entries: dict[str, list[Entry]] = {}  # name -> registrations, in order
         self._loaded: dict[str, T] = {}
 
-    def add(self, name: str, target: T | str, owner: str) -> None:
+    def add(self, name: str, target: T | str, owner: str, *, default: bool = False) -> None:
         """Register ``name``; InvalidTarget if ``name`` or ``target`` is malformed."""
         if not isinstance(name, str) or not name or name != name.strip():
             raise InvalidTarget(f"{self.kind} name must be a non-empty string, got {name!r}")
         check_target(target)
-        self._entries.setdefault(name, []).append(Entry(name, target, owner))
+        self._entries.setdefault(name, []).append(Entry(name, target, owner, bool(default)))
         self._loaded.pop(name, None)
 
     def drop_owner(self, owner: str) -> None:
@@ -142,6 +146,19 @@ class Registry(Generic[T]):
     def check(self, name: str) -> None:
         """Raise UnknownName / DuplicateName if ``name`` cannot be selected; imports nothing."""
         self.entry(name)
+
+    def default(self) -> str:
+        """The name a plugin offered with ``default=True``: the one used when the user names
+        none. RegistryError when no plugin offers one, or when several do."""
+        offered = [e for e in self if e.default]
+        if len(offered) == 1:
+            return offered[0].name
+        if not offered:
+            raise RegistryError(f"no {self.kind} was named and no installed plugin offers a "
+                                f"default one; name one (installed: "
+                                f"{', '.join(self.names()) or '(none)'})")
+        both = ", ".join(f'"{e.name}" ({e.owner})' for e in offered)
+        raise RegistryError(f"several plugins offer a default {self.kind}: {both}; name one")
 
     def owner(self, name: str) -> str:
         return self.entry(name).owner
@@ -229,3 +246,10 @@ class Registries:
     def conflicts(self) -> list[tuple[DuplicateName, list[str]]]:
         """Each name registered more than once: the error and the owners involved."""
         return [pair for _, reg in self.all() for pair in reg.conflicts()]
+
+    def with_defaults(self, config: LaunchConfig) -> LaunchConfig:
+        """``config`` with an unset transport and frontend list set to the ones the installed
+        plugins offer as defaults; RegistryError when one is needed and none (or two) is."""
+        transport = config.transport or self.transports.default()
+        frontends = config.frontends or (self.frontends.default(),)
+        return config.with_plugin_defaults(transport, frontends)

@@ -38,6 +38,10 @@ def start_service(config: LaunchConfig, registries: Registries, model_dir: str, 
     from minisgl_core.service.transport_client import TransportEngineClient
 
     context = max_context(model_dir, config.max_seq_len_override)
+    try:
+        config = registries.with_defaults(config)
+    except LookupError as exc:
+        raise LaunchError(str(exc)) from None
     name = config.transport
     try:  # bad options (a host, a port range, missing keys) are the user's to fix: one line
         transport = registries.transports.get(name)(config.transports.get(name, {}))

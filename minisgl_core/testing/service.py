@@ -143,14 +143,17 @@ class RunningService:
             time.sleep(0.1)
 
 
-def launch_service(model: str, *, transport: str = "zmq", frontend: str = "openai",
+def launch_service(model: str, *, transport: str | None = "zmq", frontend: str | None = "openai",
                    args: Sequence[str] = (), log_dir: Path, timeout: float = 180.0,
                    env: dict[str, str] | None = None) -> RunningService:
-    """Start `minisgl launch` and wait until /health answers 200 (or fail with its log)."""
+    """Start `minisgl launch` and wait until /health answers 200 (or fail with its log);
+    ``transport`` / ``frontend`` None: not named, the plugins' defaults."""
     port = free_port()
-    log_path = log_dir / f"launch-{transport}-{port}.log"
-    cmd = [sys.executable, "-m", "minisgl_core", "launch", "--transport", transport,
-           "--frontend", frontend, "--model", model, "--port", str(port), *args]
+    log_path = log_dir / f"launch-{transport or 'default'}-{port}.log"
+    named = [*(["--transport", transport] if transport else []),
+             *(["--frontend", frontend] if frontend else [])]
+    cmd = [sys.executable, "-m", "minisgl_core", "launch", *named, "--model", model,
+           "--port", str(port), *args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {})}, start_new_session=True)

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 @hookimpl
 def minisgl_register_frontends(register: Register) -> None:
-    """Register the "openai" frontend (``OpenAIFrontend(client, config, options)``)."""
-    register("openai", "minisgl_frontend_openai.server:OpenAIFrontend")
+    """Register the "openai" frontend (``OpenAIFrontend(client, config, options)``), the one a
+    service serves when no frontend is named."""
+    register("openai", "minisgl_frontend_openai.server:OpenAIFrontend", default=True)
 
 
 @hookimpl

@@ -12,4 +12,5 @@ __version__ = "0.1.0"
 
 @hookimpl
 def minisgl_register_transports(register: Register) -> None:
-    register("zmq", "minisgl_transport_zmq.transport:ZmqTransport")
+    # the transport a service uses when none is named (LaunchConfig.transport unset)
+    register("zmq", "minisgl_transport_zmq.transport:ZmqTransport", default=True)
