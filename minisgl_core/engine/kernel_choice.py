@@ -127,7 +127,7 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     if cached is not None:
         return Choice(cached, f"cached in {path}")
     start = time.perf_counter()
-    times, complete = _measure(shapes, pools, start + budget_s, timer or _time)
+    times, complete = _measure(shapes, pools, start + budget_s, timer or _time, dtype)
     kernels = {role: _pick(pools[role], times[role]) for role in shapes}
     took = time.perf_counter() - start
     if complete:  # a partial measurement is used this once, never cached
@@ -169,7 +169,8 @@ def _time(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
 
 
 def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
-             timer: Timer) -> tuple[dict[str, dict[str, list[float]]], bool]:
+             timer: Timer, dtype: torch.dtype = torch.float32,
+             ) -> tuple[dict[str, dict[str, list[float]]], bool]:
     """Seconds per (role, kernel, bucket); inf where the budget ran out first."""
     inf = float("inf")
     times = {r: {k.name: [inf] * len(BUCKETS) for k in pools[r]} for r in shapes}
@@ -181,13 +182,13 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
                 continue
             # values barely matter to a matmul's speed; a constant avoids randn's cost on 28M
             out = min(out, MAX_OUT)
-            weight = torch.full((out, inp), 0.01)
+            weight = torch.full((out, inp), 0.01, dtype=dtype)
             packed: dict[str, object] = {}
             for k in pool:
                 if k.layout not in packed:
                     packed[k.layout] = k.pack(weight)
             for b, rows in enumerate(BUCKETS):
-                x = torch.randn(rows, inp, generator=torch.Generator().manual_seed(rows))
+                x = torch.randn(rows, inp, generator=torch.Generator().manual_seed(rows)).to(dtype)
                 # a kernel that does what an earlier one does at this row count is not timed
                 timed = [k for k in pool if k.same_as(rows) is None]
                 for k in timed:  # warm-up: first calls build oneDNN primitives
