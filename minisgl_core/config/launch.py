@@ -21,7 +21,7 @@ from minisgl_core.config import roles as config_roles
 from minisgl_core.config import shorthands
 from minisgl_core.did_you_mean import suggest
 
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
 QUANTIZATIONS = ("int8",)
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")

@@ -86,10 +86,12 @@ class Engine:
 
     def __init__(self, config: EngineConfig, model_class: Any,
                  tp: TensorParallel | None = None) -> None:
+        from minisgl_core.engine.dtype_choice import resolve
         from minisgl_core.text.hf import load_tokenizer  # without transformers when it can
 
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
+        config = resolve(config)  # dtype "auto": fp32 or bf16, measured (dtype_choice.py)
         self.config = config
         path = Path(config.model)
         self.model_path = path
