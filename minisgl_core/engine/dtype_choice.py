@@ -63,11 +63,16 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
 
 def resolve(config: EngineConfig) -> EngineConfig:
     """``config`` with ``dtype="auto"`` replaced by the measured choice (logged once)."""
+    return resolve_why(config)[0]
+
+
+def resolve_why(config: EngineConfig) -> tuple[EngineConfig, str]:
+    """``resolve``, and why that dtype (shown in ``/v1/models`` meta and the dashboard)."""
     if config.dtype != "auto":
-        return config
+        return config, f"--dtype {config.dtype} given"
     cfg = ModelConfig.from_dir(Path(config.model))
     if config.num_threads is not None:  # timed with the threads the engine will run
         torch.set_num_threads(config.num_threads)
     choice = choose_dtype(cfg, torch.device(config.device), config.quantization)
     log.info("--dtype auto: %s (%s)", choice.dtype, choice.reason)
-    return dataclasses.replace(config, dtype=choice.dtype)
+    return dataclasses.replace(config, dtype=choice.dtype), f"auto: {choice.reason}"
