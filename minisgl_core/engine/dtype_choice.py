@@ -32,7 +32,7 @@ class DtypeChoice:
 
 
 def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | None = None,
-                 cache: Path | None = None) -> DtypeChoice:
+                 cache: Path | None = None, budget_s: float | None = None) -> DtypeChoice:
     """fp32 or bf16 for this model here, by timing the model's gate|up layer in both."""
     from minisgl_core.engine import kernel_choice
 
@@ -49,7 +49,8 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
     shapes = {"gate_up": (2 * cfg.intermediate_size, cfg.hidden_size)}
     times: dict[str, float] = {}
     for dtype in (torch.float32, torch.bfloat16):
-        choice = kernel_choice.choose(shapes, device, dtype, cache=cache, timer=None)
+        choice = kernel_choice.choose(shapes, device, dtype, cache=cache,
+                                      budget_s=budget_s or kernel_choice.BUDGET_S)
         seconds = kernel_choice.seconds_of(choice)
         if seconds is None:
             return DtypeChoice("float32", f"bf16 not measured ({choice.source})")
