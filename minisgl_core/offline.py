@@ -59,7 +59,7 @@ class LLM:
     ``minisgl launch``).
     """
 
-    def __init__(self, model: str | None = None, dtype: str = "float32",
+    def __init__(self, model: str | None = None, dtype: str = "auto",
                  num_pages: int | None = None, page_size: int = 16,
                  max_seq_len_override: int | None = None, tp: int = 1,
                  plugins: Sequence[str | object] = (), revision: str | None = None,

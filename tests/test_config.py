@@ -48,7 +48,7 @@ def test_defaults() -> None:
     # the core names no transport or frontend: the installed plugins offer the defaults
     assert (cfg.transport, cfg.frontends) == (None, None)
     assert cfg.frontends_options == {}  # a frontend's options and defaults are its own
-    assert (cfg.model, cfg.dtype, cfg.device, cfg.tp, cfg.cache) == (None, "float32", "cpu", 1,
+    assert (cfg.model, cfg.dtype, cfg.device, cfg.tp, cfg.cache) == (None, "auto", "cpu", 1,
                                                                      "radix")
 
 
@@ -120,7 +120,7 @@ def test_env_ignores_unrelated_minisgl_variables() -> None:
     [
         (["prot=9000"], 'unknown config key "prot" (-s prot=9000); did you mean "port"?'),
         (["port=eighty"], 'port must be an integer, got "eighty" (-s port=eighty)'),
-        (["dtype=float23"], 'dtype must be one of float32, float16, bfloat16, got "float23"; '
+        (["dtype=float23"], 'dtype must be one of float32, float16, bfloat16, auto, got "float23"; '
                             'did you mean "float32"?'),
         (["cache=radixx"], 'did you mean "radix"?'),
         (["tp=0"], "tp must be at least 1, got 0"),

@@ -99,7 +99,7 @@ def run_hf(model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int
 def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines: bool,
          profile: bool = False, threads: int | None = None, repeat: int = 3,
          tp: int = 1, quantization: Sequence[str | None] = (None,),
-         ceilings: bool = True) -> None:
+         ceilings: bool = True, dtypes: Sequence[str] = ("float32",)) -> None:
     """Run the comparison and print a table (or one JSON object per batch size and engine).
 
     With ``tp`` > 1 the engine is split over ``tp`` ranks on this host that share ``threads``
@@ -120,27 +120,41 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     path = Path(resolved.path)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     split = f", tensor-parallel over {tp} ranks" if tp > 1 else ""
-    systems = ", ".join(q or "fp32" for q in quantization)
+    modes = [(d, q) for d in dtypes for q in quantization]
+    systems = ", ".join(_label(d, q) for d, q in modes)
     say(f"model {path.name}, engine {systems} vs transformers fp32, {threads} threads{split}, "
         f"{max_tokens} new tokens per prompt, best of {repeat}")
     per_rank = threads_per_rank(threads, tp)
     engines: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
-        for q in quantization:
+        for d, q in modes:
             # no prefix cache: repeated runs of the same prompts must cost what the first one
             # did, as they do for transformers
             config = EngineConfig(model=str(path), num_threads=per_rank, cache="naive",
-                                  max_running_requests=max(128, *batch_sizes), quantization=q)
+                                  max_running_requests=max(128, *batch_sizes), quantization=q,
+                                  dtype=d)
             if tp == 1:
-                engines[q or "fp32"] = Engine(config, resolved.model_class)
-                continue
-            from minisgl_core.service.tp_local import LocalGroup
+                engine = Engine(config, resolved.model_class)
+            else:
+                from minisgl_core.service.tp_local import LocalGroup
 
-            group = LocalGroup(config, resolved.model_class, tp)
-            stack.callback(group.close)
-            engines[q or "fp32"] = group.engine
+                group = LocalGroup(config, resolved.model_class, tp)
+                stack.callback(group.close)
+                engine = group.engine
+            engines[_label(d, q)] = engine
+            facts = engine.info()
+            say(f"  {_label(d, q)}: dtype {facts['dtype']} ({facts['dtype_reason']}), "
+                f"quantization {facts['quantization']}; kernels {facts['kernels']}")
         _compare(engines, path, batch_sizes, max_tokens, json_lines, profile, repeat,
                  threads={"engine": per_rank, "hf": threads}, ceilings=ceilings)
+
+
+def _label(dtype: str, quantization: str | None) -> str:
+    """A system's name in the table: ``fp32``, ``bf16``, ``auto``, ``int8``, ``bf16-int8``."""
+    short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+    if quantization is None:
+        return short
+    return quantization if dtype == "float32" else f"{short}-{quantization}"
 
 
 def _compare(engines: dict[str, Any], path: Any, batch_sizes: list[int], max_tokens: int,

@@ -21,6 +21,14 @@ def _quantizations(values: list[str]) -> list[str | None]:
     return chosen
 
 
+def _dtypes(values: list[str]) -> list[str]:
+    """``--dtype`` values for the offline benchmark, checked before anything loads."""
+    for d in values:
+        if d not in ("float32", "bfloat16", "auto"):
+            raise fail(f'--dtype must be float32, bfloat16 or auto, got "{d}"')
+    return list(dict.fromkeys(values))
+
+
 def bench_transport(
     ctx: typer.Context,
     transport: Annotated[list[str] | None, typer.Option(help="Only these (repeat).")] = None,
@@ -53,6 +61,8 @@ def bench_offline(
         min=1, help="Split the engine over N tensor-parallel ranks on this host.")] = 1,
     quantization: Annotated[list[str] | None, typer.Option(
         help="Engine weights: fp32 or int8 (repeat to run both, interleaved).")] = None,
+    dtype: Annotated[list[str] | None, typer.Option(
+        help="float32, bfloat16 or auto (repeat to run several, interleaved).")] = None,
     profile: Annotated[bool, typer.Option(
         help="Break one decode step into matmul / attention / other ops / Python.")] = False,
     ceilings: Annotated[bool, typer.Option(
@@ -66,7 +76,7 @@ def bench_offline(
     run = lazy_entry("minisgl_core.bench.engine_vs_hf:main", "the offline benchmark")
     run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_,
         tp=tp, quantization=chosen, profile=profile, ceilings=ceilings, repeat=repeat,
-        threads=threads)
+        threads=threads, dtypes=_dtypes(dtype or ["float32"]))
 
 
 def bench_quality(

@@ -54,7 +54,8 @@ def launch(
         help="OpenAI (HTTP) port: shorthand for -s frontends.openai.port=P.")] = None,
     grpc_port: Annotated[int | None, typer.Option(
         help="gRPC port: shorthand for -s frontends.grpc.port=P.")] = None,
-    dtype: Annotated[str | None, typer.Option(help="float32, float16 or bfloat16.")] = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="float32, float16, bfloat16 or auto (bf16 where it measures faster).")] = None,
     num_pages: Annotated[int | None, typer.Option(help="KV cache pages.")] = None,
     page_size: Annotated[int | None, typer.Option(help="Tokens per KV page.")] = None,
     max_seq_len_override: Annotated[int | None, typer.Option(help="Cap the context.")] = None,

@@ -21,7 +21,7 @@ from minisgl_core.config import roles as config_roles
 from minisgl_core.config import shorthands
 from minisgl_core.did_you_mean import suggest
 
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
 QUANTIZATIONS = ("int8",)
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -51,7 +51,7 @@ class LaunchConfig:
     revision: str | None = None  # of a Hub model: a branch, tag or commit (None: main)
     gguf_file: str | None = None  # a GGUF file of the Hub repo (or directory) in ``model``
     served_model_name: tuple[str, ...] = ()  # names clients may use (the first is reported)
-    dtype: str = "float32"
+    dtype: str = "auto"  # bf16 where it measures faster here, else fp32 (dtype_choice.py)
     device: str = "cpu"
     num_pages: int | None = None
     page_size: int | None = None

@@ -86,10 +86,13 @@ class Engine:
 
     def __init__(self, config: EngineConfig, model_class: Any,
                  tp: TensorParallel | None = None) -> None:
+        from minisgl_core.engine.dtype_choice import resolve_why
         from minisgl_core.text.hf import load_tokenizer  # without transformers when it can
 
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
+        # dtype "auto": fp32 or bf16, measured (dtype_choice.py)
+        config, self.dtype_reason = resolve_why(config)
         self.config = config
         path = Path(config.model)
         self.model_path = path
@@ -186,8 +189,12 @@ class Engine:
 
     def info(self) -> dict[str, str]:
         """Facts the frontends need (sent with the scheduler's Ready)."""
+        kernels = getattr(self.model, "kernels", None)  # a plugin model may choose none
         return {"model_name": self.model_name, "max_seq_len": str(self.max_seq_len),
-                "vocab_size": str(self.vocab_size)}
+                "vocab_size": str(self.vocab_size), "dtype": self.config.dtype,
+                "dtype_reason": self.dtype_reason,
+                "quantization": self.config.quantization or "none",
+                "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own"}
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""

@@ -52,6 +52,8 @@ class Choice:
 
     kernels: dict[str, tuple[Kernel, ...]]
     source: str  # "forced by MINISGL_LINEAR=...", "measured in 1.2 s", "cache <path>", ...
+    # role -> the chosen kernel's seconds per bucket, where measured (now or in the cache)
+    seconds: dict[str, tuple[float, ...]] | None = None
 
     def names(self) -> dict[str, list[str]]:
         """role -> kernel name per bucket (what the cache file holds)."""
@@ -125,15 +127,40 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     now = (load or machine_load)()
     cached = _read(path, pools, remeasure_if_busy=now <= BUSY_LOAD)
     if cached is not None:
-        return Choice(cached, f"cached in {path}")
+        return Choice(cached, f"cached in {path}", _chosen_seconds(cached, _read_times(path)))
     start = time.perf_counter()
-    times, complete = _measure(shapes, pools, start + budget_s, timer or _time)
+    times, complete = _measure(shapes, pools, start + budget_s, timer or _time, dtype)
     kernels = {role: _pick(pools[role], times[role]) for role in shapes}
     took = time.perf_counter() - start
     if complete:  # a partial measurement is used this once, never cached
         _write(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times, now)
     return Choice(kernels, f"measured in {took:.1f} s" + ("" if complete else
-                                                            " (budget reached: partly)"))
+                                                            " (budget reached: partly)"),
+                  _chosen_seconds(kernels, times) if complete else None)
+
+
+def seconds_of(choice: Choice) -> dict[str, tuple[float, ...]] | None:
+    """role -> seconds per bucket of the chosen kernels (None: not measured)."""
+    return choice.seconds
+
+
+def _chosen_seconds(kernels: Mapping[str, Sequence[Kernel]],
+                    times: Mapping[str, Mapping[str, Sequence[float]]] | None,
+                    ) -> dict[str, tuple[float, ...]] | None:
+    """The seconds of each role's chosen kernel per bucket, from all the timings."""
+    try:
+        out = {r: tuple(float(times[r][k.name][b]) for b, k in enumerate(ks))  # type: ignore
+               for r, ks in kernels.items()}
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return out if all(t != float("inf") for ts in out.values() for t in ts) else None
+
+
+def _read_times(path: Path) -> dict[str, dict[str, list[float]]] | None:
+    try:
+        return json.loads(path.read_text())["seconds"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _cache_root() -> Path:
@@ -169,7 +196,8 @@ def _time(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
 
 
 def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
-             timer: Timer) -> tuple[dict[str, dict[str, list[float]]], bool]:
+             timer: Timer, dtype: torch.dtype = torch.float32,
+             ) -> tuple[dict[str, dict[str, list[float]]], bool]:
     """Seconds per (role, kernel, bucket); inf where the budget ran out first."""
     inf = float("inf")
     times = {r: {k.name: [inf] * len(BUCKETS) for k in pools[r]} for r in shapes}
@@ -181,13 +209,13 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
                 continue
             # values barely matter to a matmul's speed; a constant avoids randn's cost on 28M
             out = min(out, MAX_OUT)
-            weight = torch.full((out, inp), 0.01)
+            weight = torch.full((out, inp), 0.01, dtype=dtype)
             packed: dict[str, object] = {}
             for k in pool:
                 if k.layout not in packed:
                     packed[k.layout] = k.pack(weight)
             for b, rows in enumerate(BUCKETS):
-                x = torch.randn(rows, inp, generator=torch.Generator().manual_seed(rows))
+                x = torch.randn(rows, inp, generator=torch.Generator().manual_seed(rows)).to(dtype)
                 # a kernel that does what an earlier one does at this row count is not timed
                 timed = [k for k in pool if k.same_as(rows) is None]
                 for k in timed:  # warm-up: first calls build oneDNN primitives

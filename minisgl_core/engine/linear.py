@@ -119,9 +119,20 @@ class DenseHF(Kernel):
         return _mm(x, packed.t(), bias, residual)
 
 
+def bf16_fast() -> bool:
+    """Whether oneDNN computes bf16 natively here (AVX512-BF16 or AMX): on an AVX2-only host its
+    bf16 matmul is emulated, hundreds of times slower than fp32, and never a candidate."""
+    try:
+        return bool(torch.backends.mkldnn.is_available()
+                    and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (RuntimeError, AttributeError):
+        return False
+
+
 class OneDNN(Kernel):
-    """oneDNN with the weight pre-packed into its blocked layout (CPU, fp32), rows padded to a
-    bounded set of sizes; ``minimum`` is the fewest rows it runs (1-3 rows padded up to it)."""
+    """oneDNN with the weight pre-packed into its blocked layout (CPU, fp32, or bf16 where the
+    host has AVX512-BF16/AMX), rows padded to a bounded set of sizes; ``minimum`` is the fewest
+    rows it runs (1-3 rows padded up to it)."""
 
     layout = "onednn"
 
@@ -129,14 +140,17 @@ class OneDNN(Kernel):
         self.name, self.minimum = name, minimum
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
-        if device.type != "cpu" or dtype != torch.float32:
+        if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
             return False
         if not torch.backends.mkldnn.is_available():
             return False
+        if dtype == torch.bfloat16 and not bf16_fast():
+            return False
         try:
-            w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8), 32)
-            y = torch.ops.mkldnn._linear_pointwise(torch.ones(4, 8), w, None, "none", [], "")
-            return bool(torch.allclose(y, torch.full((4, 8), 8.0)))
+            w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8, dtype=dtype), 32)
+            x = torch.ones(4, 8, dtype=dtype)
+            y = torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+            return bool(torch.allclose(y.float(), torch.full((4, 8), 8.0)))
         except (RuntimeError, AttributeError) as exc:
             log.info("oneDNN linear unavailable (%s)", exc)
             return False
@@ -162,7 +176,8 @@ class OneDNN(Kernel):
         return y if padded == rows else y[:rows]
 
     def nbytes(self, packed: torch.Tensor) -> int:
-        return int(packed.numel() * 4)  # an opaque tensor: fp32 whatever the blocking
+        # an opaque tensor: its dtype's bytes per weight whatever the blocking
+        return int(packed.numel() * (2 if packed.dtype == torch.bfloat16 else 4))
 
 
 class OneDNNHF(OneDNN):

@@ -51,6 +51,9 @@ def start_rank(config: EngineConfig, model_class: Any, rank: int, size: int, add
     try:
         settings: dict[str, Any] | None = None
         if tp.leader:
+            from minisgl_core.engine.dtype_choice import resolve
+
+            config = resolve(config)  # "auto" measured once, here: every rank runs this dtype
             max_seq = config.max_seq_len_override or cfg.max_position_embeddings
             kv_heads = shard(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, size, 0).num_kv
             pages = config.num_pages or default_num_pages(config, cfg, kv_heads, max_seq)

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+ENGINE_FACTS = ("dtype", "dtype_reason", "quantization", "kernels")  # Ready keys shown as meta
+
+
 class TransportEngineClient:
     """Submits requests to the tokenizer channel and routes TextDeltas back to their streams.
 
@@ -61,6 +64,8 @@ class TransportEngineClient:
         self._metrics: dict[str, float] = {}  # every process's latest report, merged
         self.model_name_value = "default"
         self.max_context_value = 0
+        # what the engine runs in (dtype and why, quantization, kernels), from its Ready
+        self.engine_facts: dict[str, str] = {}
 
     # ---- EngineClient protocol --------------------------------------------------------------
 
@@ -156,6 +161,7 @@ class TransportEngineClient:
         """Mark the engine up, with the facts the scheduler reported in its Ready."""
         self.model_name_value = info.get("model_name", self.model_name_value)
         self.max_context_value = int(info.get("max_seq_len", self.max_context_value))
+        self.engine_facts = {k: str(info[k]) for k in ENGINE_FACTS if k in info}
         self._healthy = True
 
     def set_plugins(self, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -25,6 +25,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def make_engine(tiny_models: dict[str, Path]) -> Callable[..., Engine]:
     def make(arch: str = "llama", **options: Any) -> Engine:
         options.setdefault("num_threads", 1)
+        options.setdefault("dtype", "float32")  # the references these tests compare with
         resolved = resolve(str(tiny_models[arch]))
         return Engine(EngineConfig(model=resolved.path, **options), resolved.model_class)
 

@@ -62,3 +62,20 @@ def test_roofline_is_bandwidth_at_batch_1_and_compute_when_large() -> None:
     mixed = ModelCost(weight_bytes=1_000_000_000, fp32_params=500_000_000,
                       int8_params=500_000_000)
     assert mixed.roofline(host, 8) == (pytest.approx(0.8), "compute")
+
+
+def test_offline_benchmark_runs_each_dtype_and_says_what_auto_chose(
+        tiny_models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    threads = torch.get_num_threads()
+    try:
+        bench.main(str(tiny_models["llama"]), [1], max_tokens=3, json_lines=True, threads=1,
+                   repeat=1, ceilings=False, dtypes=("float32", "auto"))
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr()
+    results = [bench.Result(**json.loads(line)) for line in out.out.splitlines()]
+    assert [r.system for r in results] == ["fp32", "auto"]
+    assert all(round(r.engine_tok_s * r.engine_s) == 3 for r in results)
+    assert "fp32: dtype float32 (--dtype float32 given)" in out.err
+    header = next(line for line in out.err.splitlines() if line.startswith("  auto: dtype "))
+    assert "(auto: " in header and "kernels qkv:" in header

@@ -14,7 +14,8 @@ import pytest
 from minisgl_core.testing.service import RunningService, launch_service
 
 TRANSPORTS = ["zmq", "nng"]
-SERVICE_ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
+SERVICE_ARGS = ["--dtype", "float32", "--max-seq-len-override", "512", "--num-pages", "256",
+                "--page-size", "16"]
 LaunchVariant = Callable[..., AbstractContextManager[RunningService]]
 
 

@@ -13,7 +13,8 @@ import torch
 
 from minisgl_core.testing.service import RunningService, launch_service
 
-ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
+ARGS = ["--dtype", "float32", "--max-seq-len-override", "512", "--num-pages", "256",
+        "--page-size", "16"]
 PROMPT = [3, 17, 5, 42, 9, 11, 28, 7, 33, 2]
 
 

@@ -42,8 +42,12 @@ class AppContext:
 
     def model_card(self, name: str) -> dict[str, object]:
         """The /v1/models entry of ``name``."""
-        return {"id": name, "object": "model", "created": self.started, "owned_by": "minisgl",
-                "max_model_len": self.client.max_context}
+        card: dict[str, object] = {"id": name, "object": "model", "created": self.started,
+                                   "owned_by": "minisgl", "max_model_len": self.client.max_context}
+        facts = getattr(self.client, "engine_facts", None)  # dtype (and why), kernels in use
+        if facts:
+            card["meta"] = dict(facts)
+        return card
 
 
 def unavailable() -> APIError:

@@ -63,6 +63,10 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
     quantization = getattr(config, "quantization", None)
     if quantization:
         info["quantization"] = quantization
+    facts = getattr(client, "engine_facts", None) or {}  # what "auto" resolved to, and why
+    if "dtype" in facts:
+        info["dtype"] = facts["dtype"]
+        info["dtype_reason"] = facts.get("dtype_reason", "")
     return info
 
 

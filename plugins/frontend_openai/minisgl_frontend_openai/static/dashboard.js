@@ -75,7 +75,8 @@
       ["model", info.model], ["max context", info.max_context + " tokens"],
       ["transport", info.transport], ["frontends", (info.frontends || []).join(", ")],
       ["tensor parallel", info.tp], ["quantization", info.quantization],
-      ["dtype", info.dtype], ["device", info.device], ["prefix cache", info.cache],
+      ["dtype", info.dtype_reason ? info.dtype + " (" + info.dtype_reason + ")" : info.dtype],
+      ["device", info.device], ["prefix cache", info.cache],
       ["minisgl", info.version],
     ];
     const dl = $("served");

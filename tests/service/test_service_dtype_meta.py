@@ -1,0 +1,33 @@
+"""``--dtype auto`` over HTTP: /v1/models' meta and the dashboard's info say what it chose, why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from minisgl_core.testing.service import RunningService, launch_service
+
+
+@pytest.fixture(scope="module")
+def auto(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+    svc = launch_service(tiny_model, args=["--dtype", "auto"],
+                         log_dir=tmp_path_factory.mktemp("logs"))
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+def test_models_meta_names_the_dtype_auto_chose_and_why(auto: RunningService) -> None:
+    card = httpx.get(f"{auto.url}/v1/models", timeout=30).json()["data"][0]
+    meta = card["meta"]
+    assert meta["dtype"] in ("float32", "bfloat16")
+    assert meta["dtype_reason"].startswith("auto: ")
+    assert meta["quantization"] == "none" and "qkv" in meta["kernels"]
+    info = httpx.get(f"{auto.url}/v1/engine/info", timeout=30).json()
+    assert info["dtype"] == meta["dtype"] and info["dtype_reason"] == meta["dtype_reason"]
+    answer = httpx.post(f"{auto.url}/v1/completions", timeout=60, json={
+        "model": card["id"], "prompt": "hello", "max_tokens": 4, "temperature": 0})
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1
