@@ -5,98 +5,21 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from minisgl_core.service.ports import free_port
-from minisgl_core.testing.service import RunningService, worker_pids
+from minisgl_core.testing.remote import WAIT_S, health, remote_service, start_worker, wait_for
+from minisgl_core.testing.service import RunningService
 
 from .conftest import SERVICE_ARGS
 
-WAIT_S = 180.0
-SYNTHETIC = ["--scheduler", "synthetic"]
-
-
-@dataclass
-class Remote:
-    """A launcher waiting for a remote scheduler, and the `minisgl worker` that joined it."""
-
-    svc: RunningService
-    address: str
-    worker: subprocess.Popen[bytes]
-    worker_log: Path
-
-    def log(self) -> str:
-        return self.worker_log.read_text(errors="replace")
-
-
-def _wait(what: str, ok: object, log: object, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not ok():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}:\n{log()[-3000:]}"  # type: ignore[operator]
-        time.sleep(0.1)
-
-
-def _health(svc: RunningService) -> int:
-    try:
-        return httpx.get(f"{svc.url}/health", timeout=5).status_code
-    except httpx.HTTPError:
-        return 0
-
-
-def start_worker(address: str, keys: Path, log_path: Path, *args: str) -> subprocess.Popen[bytes]:
-    """`minisgl worker --role scheduler` in a session of its own, as if on another host."""
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "minisgl_core", "worker", "--role", "scheduler",
-             "--connect", address, "--keys", str(keys), "--timeout", str(WAIT_S), *args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-@contextmanager
-def remote_service(model: str, keys: Path, log_dir: Path, *args: str) -> Iterator[Remote]:
-    port = free_port()
-    log_path = log_dir / f"launch-remote-{port}.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "minisgl_core", "launch", "--model", model, "--port",
-             str(port), *SERVICE_ARGS, "-s", "transports.zmq.endpoints=tcp",
-             "-s", f"transports.zmq.keys={keys}", "--remote", "scheduler", *args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    svc = RunningService(proc, port, log_path)
-    worker = None
-    try:
-        found: list[str] = []
-
-        def announced() -> bool:
-            assert proc.poll() is None, f"launch exited {proc.returncode}:\n{svc.log()}"
-            found[:] = re.findall(r"--connect (tcp://\S+)", svc.log())
-            return bool(found)
-
-        _wait("the launcher to announce its address", announced, svc.log)
-        worker_log = log_dir / f"worker-{port}.log"
-        worker = start_worker(found[0], keys, worker_log)
-        _wait("/health 200 with the remote scheduler", lambda: _health(svc) == 200,
-              lambda: svc.log() + worker_log.read_text())
-        svc.worker_pids = worker_pids(proc.pid)
-        yield Remote(svc, found[0], worker, worker_log)
-    finally:
-        svc.stop()
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(30)
-        assert not svc.leftover_workers(), f"orphan workers:\n{svc.log()[-2000:]}"
+SYNTHETIC = [*SERVICE_ARGS, "--scheduler", "synthetic"]
 
 
 def _chat(svc: RunningService, max_tokens: int = 8) -> httpx.Response:
@@ -105,9 +28,10 @@ def _chat(svc: RunningService, max_tokens: int = 8) -> httpx.Response:
         "messages": [{"role": "user", "content": "hello"}]})
 
 
+@pytest.mark.parametrize("transport", ["zmq", "nng"])
 def test_remote_scheduler_serves_and_stops_with_the_service(tiny_model: str, tcp_keys: Path,
-                                                            tmp_path: Path) -> None:
-    with remote_service(tiny_model, tcp_keys, tmp_path) as r:
+                                                            tmp_path: Path, transport: str) -> None:
+    with remote_service(tiny_model, tcp_keys, tmp_path, SERVICE_ARGS, transport=transport) as r:
         # the launcher started only the tokenizer and detokenizer; the scheduler is elsewhere
         assert sorted(r.svc.workers()) == ["detokenizer", "tokenizer"]
         assert r.worker.pid not in r.svc.worker_pids
@@ -124,7 +48,7 @@ def test_remote_scheduler_serves_and_stops_with_the_service(tiny_model: str, tcp
 def test_killing_the_remote_scheduler_fails_streams_and_ends_the_service(
         tiny_model: str, tcp_keys: Path, tmp_path: Path) -> None:
     slow = ["-s", "roles.scheduler.synthetic.tokens_per_s=20", *SYNTHETIC]
-    with remote_service(tiny_model, tcp_keys, tmp_path, *slow) as r:
+    with remote_service(tiny_model, tcp_keys, tmp_path, slow) as r:
         body = {"model": r.svc.model_name(), "max_tokens": 400, "stream": True,
                 "ignore_eos": True, "messages": [{"role": "user", "content": "hello"}]}
         with httpx.stream("POST", f"{r.svc.url}/v1/chat/completions", json=body,
@@ -141,18 +65,18 @@ def test_killing_the_remote_scheduler_fails_streams_and_ends_the_service(
 
 def test_remote_wait_answers_503_until_a_scheduler_joins_again(tiny_model: str, tcp_keys: Path,
                                                                tmp_path: Path) -> None:
-    with remote_service(tiny_model, tcp_keys, tmp_path, *SYNTHETIC,
-                        "--remote-wait", str(WAIT_S)) as r:
+    with remote_service(tiny_model, tcp_keys, tmp_path,
+                        [*SYNTHETIC, "--remote-wait", str(WAIT_S)]) as r:
         os.killpg(r.worker.pid, signal.SIGKILL)
         r.worker.wait(30)
-        _wait("/health 503 after the remote scheduler died", lambda: _health(r.svc) == 503,
+        wait_for("/health 503 after the remote scheduler died", lambda: health(r.svc) == 503,
               r.svc.log)
         assert _chat(r.svc).status_code == 503
         assert r.svc.proc.poll() is None  # the service waits
         second = start_worker(r.address, tcp_keys, r.worker_log)
         r.worker = second
         try:
-            _wait("/health 200 with the second scheduler", lambda: _health(r.svc) == 200,
+            wait_for("/health 200 with the second scheduler", lambda: health(r.svc) == 200,
                   lambda: r.svc.log() + r.log())
             assert _chat(r.svc).status_code == 200
             assert "joined again" in r.svc.log()
@@ -166,7 +90,7 @@ def test_a_worker_with_other_keys_is_refused_and_gives_up(tiny_model: str, tcp_k
     other = tmp_path / "other"
     subprocess.run([sys.executable, "-m", "minisgl_core", "keys", "new", str(other)],
                    check=True, capture_output=True, timeout=300)
-    with remote_service(tiny_model, tcp_keys, tmp_path, *SYNTHETIC) as r:
+    with remote_service(tiny_model, tcp_keys, tmp_path, SYNTHETIC) as r:
         intruder_log = tmp_path / "intruder.log"
         intruder = start_worker(r.address, other, intruder_log, "--timeout", "3")
         try:
@@ -175,7 +99,7 @@ def test_a_worker_with_other_keys_is_refused_and_gives_up(tiny_model: str, tcp_k
             if intruder.poll() is None:
                 os.killpg(intruder.pid, signal.SIGKILL)
         assert "no assignment from" in intruder_log.read_text()
-        _wait("the refusal in the launcher's log", lambda: "refused a peer" in r.svc.log(),
+        wait_for("the refusal in the launcher's log", lambda: "refused a peer" in r.svc.log(),
               r.svc.log)
         assert _chat(r.svc).status_code == 200
         assert psutil.pid_exists(r.worker.pid)
