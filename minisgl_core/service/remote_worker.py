@@ -107,6 +107,9 @@ def _keep_alive(transport: Any, hello: Any, assignment: remote.Assignment,
 def worker_command(role: str, connect: str, transport_name: str, table: dict[str, Any],
                    **options: Any) -> None:
     """``minisgl worker``'s body: log to stderr, run the role, exit with its code."""
+    from minisgl_core.service.worker import _set_title
+
+    _set_title(f"minisgl::{role}")  # named as the launcher's own workers are
     logging.basicConfig(level="INFO",
                         format=f"%(asctime)s remote-{role} %(levelname)s %(message)s")
     try:

@@ -93,7 +93,7 @@ def remote_service(model: str, keys: Path, log_dir: Path, args: Sequence[str] = 
         worker = start_worker(found[0], keys, worker_log, transport=transport)
         wait_for("/health 200 with the remote scheduler", lambda: health(svc) == 200,
               lambda: svc.log() + worker_log.read_text())
-        svc.worker_pids = worker_pids(proc.pid)
+        svc.worker_pids = [*worker_pids(proc.pid), worker.pid]  # the remote one too
         yield Remote(svc, found[0], worker, worker_log)
     finally:
         svc.stop()

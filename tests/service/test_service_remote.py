@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from minisgl_core.testing.remote import WAIT_S, health, remote_service, start_worker, wait_for
-from minisgl_core.testing.service import RunningService
+from minisgl_core.testing.service import RunningService, worker_pids
 
 from .conftest import SERVICE_ARGS
 
@@ -33,8 +33,9 @@ def test_remote_scheduler_serves_and_stops_with_the_service(tiny_model: str, tcp
                                                             tmp_path: Path, transport: str) -> None:
     with remote_service(tiny_model, tcp_keys, tmp_path, SERVICE_ARGS, transport=transport) as r:
         # the launcher started only the tokenizer and detokenizer; the scheduler is elsewhere
-        assert sorted(r.svc.workers()) == ["detokenizer", "tokenizer"]
-        assert r.worker.pid not in r.svc.worker_pids
+        assert sorted(r.svc.workers()) == ["detokenizer", "scheduler", "tokenizer"]
+        assert r.svc.workers()["scheduler"].pid == r.worker.pid
+        assert r.worker.pid not in worker_pids(r.svc.proc.pid)
         answer = _chat(r.svc)
         assert answer.status_code == 200, answer.text
         assert answer.json()["usage"]["completion_tokens"] == 8
