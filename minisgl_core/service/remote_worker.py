@@ -81,17 +81,14 @@ def _first_assignment(hello: Any, timeout_s: float) -> remote.Assignment:
 def _keep_alive(transport: Any, hello: Any, assignment: remote.Assignment,
                 lost: threading.Event) -> None:
     """Beat to the launcher; without its hello for as long, it (or the network) is gone: exit."""
-    beats = transport.push(assignment.heartbeat)
-    beat = msgspec.json.encode(remote.Beat(run_id=assignment.run_id, pid=os.getpid(),
-                                           host=socket.gethostname()))
+    threading.Thread(target=_beat, args=(transport, assignment), name="beats",
+                     daemon=True).start()  # its own thread: a send to a gone launcher may block
     last_hello = time.monotonic()
     while True:
         try:
-            beats.send(beat)
             while (data := hello.recv_nowait()) is not None:
                 if remote.decode_assignment(data).run_id == assignment.run_id:
                     last_hello = time.monotonic()
-            time.sleep(remote.HEARTBEAT_S)
         except ChannelClosed:
             return
         except msgspec.DecodeError:
@@ -102,6 +99,19 @@ def _keep_alive(transport: Any, hello: Any, assignment: remote.Assignment,
             lost.set()
             logging.shutdown()
             os._exit(1)
+        time.sleep(remote.HEARTBEAT_S)
+
+
+def _beat(transport: Any, assignment: remote.Assignment) -> None:
+    beats = transport.push(assignment.heartbeat)
+    beat = msgspec.json.encode(remote.Beat(run_id=assignment.run_id, pid=os.getpid(),
+                                           host=socket.gethostname()))
+    while True:
+        try:
+            beats.send(beat)
+        except ChannelClosed:
+            return
+        time.sleep(remote.HEARTBEAT_S)
 
 
 def worker_command(role: str, connect: str, transport_name: str, table: dict[str, Any],

@@ -117,3 +117,27 @@ def test_the_default_model_answers_from_a_remote_scheduler(tcp_keys: Path,
             "messages": [{"role": "user",
                           "content": "The capital of France is? Answer in one word."}]})
         assert "Paris" in answer.json()["choices"][0]["message"]["content"], answer.text
+
+
+def test_a_frozen_worker_is_taken_for_gone_and_then_leaves_too(tiny_model: str, tcp_keys: Path,
+                                                               tmp_path: Path) -> None:
+    """SIGSTOP stands in for a network that drops: no beats reach the launcher, which stops;
+    the worker, resumed, hears no hello and exits rather than stay behind."""
+    with remote_service(tiny_model, tcp_keys, tmp_path, SYNTHETIC) as r:
+        worker = psutil.Process(r.worker.pid)
+        worker.suspend()
+        try:
+            assert r.svc.proc.wait(WAIT_S) == 1
+        finally:
+            worker.resume()
+        assert r.worker.wait(WAIT_S) == 1
+        assert "lost the launcher" in r.log()
+
+
+def test_killing_the_launcher_ends_the_remote_worker(tiny_model: str, tcp_keys: Path,
+                                                     tmp_path: Path) -> None:
+    with remote_service(tiny_model, tcp_keys, tmp_path, SYNTHETIC) as r:
+        os.killpg(r.svc.proc.pid, signal.SIGKILL)  # the launcher and its own workers
+        r.svc.proc.wait(30)
+        assert r.worker.wait(WAIT_S) == 1
+        assert "lost the launcher" in r.log()
