@@ -24,6 +24,7 @@ def run_remote(role: str, connect: str, transport_name: str, table: dict[str, An
                model_dir: str | None, num_threads: int | None, timeout_s: float) -> int:
     """Join the launcher at ``connect``, run ``role`` until Shutdown; the exit code."""
     from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.engine.config import threads_per_rank
     from minisgl_core.plugin.loading import build_manager, collect
     from minisgl_core.service.worker import run_role
 
@@ -50,7 +51,8 @@ def run_remote(role: str, connect: str, transport_name: str, table: dict[str, An
         spec = WorkerSpec(role=role, config=config,  # type: ignore[arg-type]
                           endpoints=remote.endpoints_of(assignment),
                           model_dir=model_dir or config.model or "",
-                          max_context=assignment.max_context, num_threads=num_threads or 1,
+                          max_context=assignment.max_context,
+                          num_threads=threads_per_rank(num_threads or config.num_threads, 1),
                           connect_inbox=True)
         log.info("joined %s as the %s (run %s)", connect, role, assignment.run_id)
         lost = threading.Event()

@@ -141,3 +141,12 @@ def test_killing_the_launcher_ends_the_remote_worker(tiny_model: str, tcp_keys: 
         r.svc.proc.wait(30)
         assert r.worker.wait(WAIT_S) == 1
         assert "lost the launcher" in r.log()
+
+
+def test_a_worker_for_an_unknown_role_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "minisgl_core", "worker", "--role", "frontend", "--connect",
+         "tcp://127.0.0.1:1"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "minisgl: error: --role 'frontend': one of tokenizer, scheduler, detokenizer"]
