@@ -11,7 +11,7 @@ import typer.main
 
 from minisgl_core.bench.compare import compare_command
 from minisgl_core.bench.serve import serve_command
-from minisgl_core.cli import bench_commands, launch_commands
+from minisgl_core.cli import bench_commands, launch_commands, worker_commands
 from minisgl_core.cli.common import ConfigOpt, JsonOpt, Plugins, SetOpt, load, state
 from minisgl_core.cli.keys import keys_app
 from minisgl_core.cli.models import app as models_app
@@ -133,6 +133,7 @@ def make_app(
     app.command()(launch_commands.launch)
     app.command()(plugins)
     app.command("tp-worker")(launch_commands.tp_worker)
+    app.command("worker")(worker_commands.worker)
     config_app = typer.Typer(no_args_is_help=True, help="Inspect the configuration.")
     config_app.command("show")(config_show)
     app.add_typer(config_app, name="config")

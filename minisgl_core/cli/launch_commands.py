@@ -83,6 +83,15 @@ def launch(
     reasoning_parser: Annotated[str | None, typer.Option(
         help="qwen3 or deepseek_r1: a chat answer's <think> block goes to reasoning_content."
     )] = None,
+    remote: Annotated[str | None, typer.Option(
+        help="A role run by `minisgl worker` on another host: scheduler, tokenizer or "
+             "detokenizer (tcp endpoints; docs/transports.md).")] = None,
+    remote_address: Annotated[str | None, typer.Option(
+        help="Where that worker connects (tcp://HOST:PORT); default: a port of the range.")
+    ] = None,
+    remote_wait: Annotated[float, typer.Option(
+        help="Seconds to wait for the remote worker to join again after it is gone (503 "
+             "meanwhile); 0: stop the service, exit code 1.")] = 0.0,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -107,7 +116,9 @@ def launch(
     except (RegistryError, ValueError) as exc:
         raise fail(str(exc)) from None
     run = lazy_entry("minisgl_core.service.launcher:launch", "the service")
-    raise typer.Exit(int(run(cfg, pm=state(ctx).pm) or 0))
+    remote_opts = {"remote": remote, "remote_address": remote_address,
+                   "remote_wait_s": remote_wait} if remote else {}
+    raise typer.Exit(int(run(cfg, pm=state(ctx).pm, **remote_opts) or 0))
 
 
 def tp_worker(

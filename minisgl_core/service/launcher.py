@@ -33,8 +33,12 @@ class LaunchError(RuntimeError):
 
 
 def start_service(config: LaunchConfig, registries: Registries, model_dir: str, *,
-                  plugin_modules: tuple[str, ...] = ()) -> Service:
-    """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure."""
+                  plugin_modules: tuple[str, ...] = (), remote: str | None = None,
+                  remote_address: str | None = None, remote_wait_s: float = 0.0) -> Service:
+    """Spawn the workers and wait until each sent Ready; raise LaunchError naming a failure.
+
+    ``remote`` names a role that a ``minisgl worker`` on another host runs (service/remote.py):
+    it is waited for, supervised and stopped like a local one."""
     from minisgl_core.service.transport_client import TransportEngineClient
 
     context = max_context(model_dir, config.max_seq_len_override)
@@ -74,7 +78,21 @@ def start_service(config: LaunchConfig, registries: Registries, model_dir: str, 
     specs = [WorkerSpec(role=role, **common) for role in ("tokenizer", "detokenizer")]  # type: ignore[arg-type]
     specs += [WorkerSpec(role="scheduler", num_threads=threads, tp_rank=rank, local_rank=i,
                          **common) for i, rank in enumerate(ranks)]
-    workers = _spawn(specs, transport, registries)
+    remote_workers = []
+    if remote is not None:
+        from minisgl_core.service.remote import RemoteRole
+
+        try:
+            remote_role = RemoteRole(transport, run_dir, endpoints, remote, config, context,
+                                     remote_address, remote_wait_s)
+        except (ValueError, OSError) as exc:
+            control.close()
+            transport.close()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise LaunchError(str(exc)) from None
+        remote_workers.append(remote_role.worker)
+        specs = [s for s in specs if s.role != remote]
+    workers = _spawn(specs, transport, registries) + remote_workers
     service = Service(config, transport, run_dir, endpoints, workers, clients, control,
                       plugin_modules=plugin_modules)
     try:
@@ -179,10 +197,13 @@ def max_context(model_dir: str, override: int | None) -> int:
     return min(limit, override) if override else limit
 
 
-def launch(config: LaunchConfig, pm: MinisglPluginManager | None = None) -> int:
+def launch(config: LaunchConfig, pm: MinisglPluginManager | None = None, *,
+           remote: str | None = None, remote_address: str | None = None,
+           remote_wait_s: float = 0.0) -> int:
     """Run the service until SIGINT/SIGTERM or a worker's death; return the exit code.
 
-    ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once.
+    ``pm`` is the caller's plugin manager (the CLI's), so plugins load and report once;
+    ``remote`` a role run by ``minisgl worker`` elsewhere (see ``start_service``).
     """
     from minisgl_core.plugin.loading import build_manager, collect
     from minisgl_core.plugin.model_lookup import (
@@ -206,7 +227,8 @@ def launch(config: LaunchConfig, pm: MinisglPluginManager | None = None) -> int:
             raise LaunchError(str(exc)) from None
         config = dataclasses.replace(config, model=model_dir, revision=None, gguf_file=None)
         service = start_service(config, registries, model_dir,
-                                plugin_modules=tuple(_plugin_modules(pm)))
+                                plugin_modules=tuple(_plugin_modules(pm)), remote=remote,
+                                remote_address=remote_address, remote_wait_s=remote_wait_s)
     except LaunchError as exc:
         print(f"minisgl: {exc}", file=sys.stderr)
         return 1

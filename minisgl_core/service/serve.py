@@ -15,7 +15,7 @@ from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.plugin import listing
 from minisgl_core.plugin.loading import configure, unconfigure
 from minisgl_core.wire import codec
-from minisgl_core.wire.schema import Fatal, Stats
+from minisgl_core.wire.schema import Fatal, Ready, Stats
 
 if TYPE_CHECKING:
     from minisgl_core.plugin.manager import MinisglPluginManager
@@ -118,15 +118,31 @@ async def _relay_control(service: Service, failure: list[str], stop: asyncio.Eve
         elif isinstance(msg, Fatal):
             failure.append(msg.describe())
             stop.set()
+        elif isinstance(msg, Ready):
+            _rejoined(service, msg)
+
+
+def _rejoined(service: Service, msg: Ready) -> None:
+    """A remote worker that joined again (service/remote.py): the engine is up again."""
+    for worker in service.workers:
+        if worker.name == msg.process and getattr(worker, "rejoining", False):
+            worker.rejoining = False  # type: ignore[attr-defined]
+            log.info("the remote %s joined again (pid %d)", worker.name, msg.pid)
+            for client in service.clients.values():
+                client.set_ready({**service.ready_info, **msg.info})
 
 
 async def _supervise(service: Service, failure: list[str], stop: asyncio.Event) -> None:
     while not stop.is_set():
         for worker in service.workers:
             if not worker.alive():
-                failure.append(worker.describe_exit())
+                reason = worker.describe_exit()
                 for client in service.clients.values():
-                    client.fail_all(f"the engine is down: {worker.describe_exit()}")
+                    client.fail_all(f"the engine is down: {reason}")
+                # a remote worker may be waited for (--remote-wait): 503 until it is back
+                if getattr(worker, "wait_s", 0.0) > 0 and await worker.rejoin():  # type: ignore[attr-defined]
+                    continue
+                failure.append(reason)
                 stop.set()
                 return
         await asyncio.sleep(SUPERVISE_INTERVAL_S)

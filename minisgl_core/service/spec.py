@@ -40,6 +40,7 @@ class WorkerSpec:
     num_threads: int = 1
     tp_rank: int = 0  # the scheduler's tensor-parallel rank; ranks > 0 only follow rank 0
     local_rank: int = 0  # its index among this host's ranks (picks cuda:<local_rank>)
+    connect_inbox: bool = False  # a remote worker connects to the launcher's relay (remote.py)
 
     @property
     def name(self) -> str:

@@ -91,13 +91,14 @@ def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report:
     role = registries.roles[spec.role].get(name)(context)
     ep = spec.endpoints
     ready = Ready(process=spec.name, pid=os.getpid())
+    bind = not spec.connect_inbox
     if spec.role == "tokenizer":
-        inbox, outbox = transport.pull(ep.tokenizer, bind=True), transport.push(ep.scheduler)
+        inbox, outbox = transport.pull(ep.tokenizer, bind=bind), transport.push(ep.scheduler)
         replies = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
         report(ready)
         run_tokenizer(role, inbox, outbox, report, replies)
     elif spec.role == "detokenizer":
-        inbox = transport.pull(ep.detokenizer, bind=True)
+        inbox = transport.pull(ep.detokenizer, bind=bind)
         outboxes = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
         report(ready)
         run_detokenizer(role, inbox, outboxes, report)
@@ -105,7 +106,7 @@ def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report:
         report(ready)
         role.follow()
     else:
-        inbox, outbox = transport.pull(ep.scheduler, bind=True), transport.push(ep.detokenizer)
+        inbox, outbox = transport.pull(ep.scheduler, bind=bind), transport.push(ep.detokenizer)
         loop = SchedulerLoop(role, inbox, outbox, report)
         report(Ready(process=spec.name, pid=os.getpid(), info=dict(role.info())))
         report(loop.stats())

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from minisgl_core.testing.remote import remote_service
 from minisgl_core.testing.service import RunningService, launch_service
 
 TRANSPORTS = ["zmq", "nng"]
@@ -41,11 +42,20 @@ def launch_variant(request: pytest.FixtureRequest, tiny_model: str,
                    tmp_path_factory: pytest.TempPathFactory) -> LaunchVariant:
     """``with launch_variant("zmq") as svc:`` a service of the tiny model over one transport;
     "zmq+tcp" (or "nng+tcp") puts it on tcp endpoints with ``tcp_keys``, and keyword arguments
-    set more keys of that transport's table."""
+    set more keys of that transport's table; "zmq+remote" is "zmq+tcp" whose scheduler is a
+    `minisgl worker` in a process group of its own."""
 
     @contextmanager
     def start(variant: str, *args: str, **options: Any) -> Iterator[RunningService]:
         name, _, endpoints = variant.partition("+")
+        if endpoints == "remote":
+            sets = [arg for key, value in options.items()
+                    for arg in ("-s", f"transports.{name}.{key}={value}")]
+            with remote_service(tiny_model, request.getfixturevalue("tcp_keys"),
+                                tmp_path_factory.mktemp("logs"), [*SERVICE_ARGS, *sets, *args],
+                                transport=name) as remote:
+                yield remote.svc
+            return
         table = {"endpoints": endpoints, "keys": request.getfixturevalue("tcp_keys"),
                  **options} if endpoints else options
         sets = [arg for key, value in table.items()

@@ -18,9 +18,10 @@ from openai import OpenAI
 from minisgl_core.testing.service import RunningService
 
 
-@pytest.fixture(scope="module", params=["zmq", "nng", "zmq+tcp", "nng+tcp"])
+@pytest.fixture(scope="module", params=["zmq", "nng", "zmq+tcp", "nng+tcp", "zmq+remote"])
 def service(request: pytest.FixtureRequest, launch_variant: Any) -> Iterator[RunningService]:
-    """The conftest's service, over ipc and over tcp + keys (CURVE for zmq, TLS for nng)."""
+    """The conftest's service, over ipc and over tcp + keys (CURVE for zmq, TLS for nng), and
+    with its scheduler a separate `minisgl worker` process (zmq + CURVE)."""
     with launch_variant(request.param) as svc:
         yield svc
 
