@@ -124,6 +124,17 @@ def chat(base: str, text: str, *, stream: bool = False) -> tuple[int, str]:
     return r.status_code, "".join(parts)
 
 
+def test_each_service_reports_what_routers_read(services: list[RunningService]) -> None:
+    svc = services[0]
+    m = svc.metrics()  # the synthetic scheduler's own page accounting, through the service
+    assert m['vllm:cache_config_info{block_size="16",num_gpu_blocks="256"}'] == 1
+    assert m["vllm:num_requests_running"] == m["minisgl_requests_running"]
+    info = httpx.get(svc.url + "/server_info", timeout=30).json()
+    assert info["model_id"] == MODEL[0] and info["max_total_tokens"] == 256 * 16
+    load = httpx.get(svc.url + "/get_load", timeout=30).json()
+    assert [entry["dp_rank"] for entry in load] == [0]
+
+
 def test_round_robin_reaches_both_and_answers_like_direct(services: list[RunningService],
                                                            tmp_path: Path) -> None:
     direct = {(t, s): chat(services[0].url, t, stream=s)
