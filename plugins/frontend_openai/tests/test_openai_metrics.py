@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 from minisgl_frontend_openai.metrics import FrontendMetrics
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_]+="[^"]*"\})? (\S+)$')
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)'
+                    r'(\{[a-zA-Z_]+="[^"]*"(?:,[a-zA-Z_]+="[^"]*")*\})? (\S+)$')
 
 
 def parse(text: str) -> tuple[dict[str, str], dict[str, float]]:

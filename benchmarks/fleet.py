@@ -1,0 +1,96 @@
+"""One synthetic-scheduler service vs two behind sglang-router (round_robin), same run.
+
+Usage: .venv/bin/python benchmarks/fleet.py [--tokens-per-s 50] [--max-running 8]
+Each service answers at ``tokens_per_s`` per request with at most ``max_running`` requests in
+its batch, so a service has a fixed capacity and a second one behind the router adds its own;
+``--tokens-per-s 0`` runs the synthetic scheduler at full speed (then the host's cores, shared
+by every process, are the limit). Needs the router extra (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from minisgl_core.testing.service import free_port, launch_service
+from minisgl_core.testing.tiny import make_tiny_model
+
+
+def bench(url: str, model: str, concurrency: list[int], requests: int,
+          max_tokens: int) -> list[dict]:
+    """`minisgl bench serve --json` against ``url``: one dict per concurrency level."""
+    # --model: the router's /v1/models answers as text/plain, which bench serve refuses
+    cmd = [sys.executable, "-m", "minisgl_core", "bench", "serve", "--url", url, "--json",
+           "--model", model,
+           "--requests", str(requests), "--max-tokens", str(max_tokens)]
+    for c in concurrency:
+        cmd += ["--concurrency", str(c)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench serve against {url} failed:\n{done.stderr[-2000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens-per-s", type=float, default=50.0)
+    ap.add_argument("--max-running", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--concurrency", type=int, action="append")
+    args = ap.parse_args()
+    levels = args.concurrency or [8, 32]
+    tmp = Path(tempfile.mkdtemp(prefix="minisgl-fleet-"))
+    model = str(make_tiny_model(tmp / "tiny", "llama"))
+    extra = ["--scheduler", "synthetic", "-s", f"max_running_requests={args.max_running}",
+             "--max-seq-len-override", "1024"]
+    if args.tokens_per_s > 0:
+        extra += ["-s", f"roles.scheduler.synthetic.tokens_per_s={args.tokens_per_s}"]
+    services = [launch_service(model, log_dir=tmp, args=extra) for _ in range(2)]
+    port = free_port()
+    router = subprocess.Popen(
+        [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls",
+         *[s.url for s in services], "--policy", "round_robin", "--host", "127.0.0.1",
+         "--port", str(port), "--health-check-interval-secs", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    router_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(router_url + "/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the router did not come up in 120 s")
+            time.sleep(0.2)
+        name = services[0].model_name()
+        print("router /v1/models:", httpx.get(router_url + "/v1/models", timeout=10).text)
+        rows = {"one service": bench(services[0].url, name, levels, args.requests,
+                                     args.max_tokens),
+                "two behind the router": bench(router_url, name, levels, args.requests,
+                                               args.max_tokens)}
+        print("| setup | concurrency | output tok/s | TTFT p50 ms | req/s |")
+        print("|---|---|---|---|---|")
+        for name, levels_out in rows.items():
+            for r in levels_out:
+                print(f"| {name} | {r['concurrency']} | {r['output_tok_s']:.0f}"
+                      f" | {r['ttft_p50_ms']:.0f} | {r['req_s']:.1f} |")
+        print(json.dumps(rows))
+    finally:
+        router.terminate()
+        router.wait(30)
+        for s in services:
+            s.stop()
+
+
+if __name__ == "__main__":
+    main()
