@@ -30,6 +30,7 @@ from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler, token_logprobs
+from minisgl_core.engine.speculative import Speculator
 from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
@@ -57,6 +58,8 @@ class EngineStats:
     generated_tokens: int  # sampled tokens so far
     pages_cached: int = 0  # pages held by the prefix cache (some may be in use too)
     cache_hit_tokens: int = 0  # prompt tokens admissions took from the prefix cache
+    spec_draft_tokens: int = 0  # speculative draft tokens proposed
+    spec_accepted_tokens: int = 0  # of those, accepted by verification
 
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""
@@ -123,6 +126,8 @@ class Engine:
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
         self.batcher = Batcher(self.allocator, self.page_size, config.max_running_requests,
                                config.max_prefill_tokens, config.cache)
+        self.speculator = None if config.speculative is None else Speculator(
+            config.spec_options(), self.sampler, self.max_seq_len)
         self.requests: dict[str, Request] = {}
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
             self.tokenizer, self.vocab_size, self.eos_token_ids))
@@ -196,7 +201,11 @@ class Engine:
         return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
                            self._generated_tokens, c.num_pages if c else 0,
-                           c.hit_tokens if c else 0)
+                           c.hit_tokens if c else 0, *self._spec_counts())
+
+    def _spec_counts(self) -> tuple[int, int]:
+        sp = self.speculator
+        return (0, 0) if sp is None else (sp.draft_tokens, sp.accepted_tokens)
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -209,11 +218,19 @@ class Engine:
             if self.grammar.parked and not refused:  # only compiling grammars: do not spin
                 self.grammar.wait(GRAMMAR_WAIT_S)
             return refused
+        spec = [] if self.speculator is None else self.speculator.plan(batch.decode,
+                                                                        self.batcher)
         ids: list[int] = [r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
                           for r in batch.decode]
         rows: list[int] = list(range(len(batch.decode)))
         to_sample: list[Request] = list(batch.decode)
         row = len(ids)
+        spec_rows: list[int] = []
+        for r in spec:  # the last token and the drafts: one extend chunk of k + 1 positions
+            spec_rows.append(row)
+            ids.append(r.output_ids[-1] if r.output_ids else r.prompt_ids[-1])
+            ids.extend(r.drafts)
+            row += 1 + len(r.drafts)
         chunks: list[prompt_logprobs.Chunk] = []
         for r, n in batch.prefill:
             if r.prompt_lp is not None:
@@ -225,7 +242,8 @@ class Engine:
                 rows.append(row - 1)
                 to_sample.append(r)
         decode = [(r.pages, r.num_cached + 1) for r in batch.decode]
-        prefill = [(r.pages, r.num_cached, n) for r, n in batch.prefill]
+        prefill = [(r.pages, r.num_cached, 1 + len(r.drafts)) for r in spec]
+        prefill += [(r.pages, r.num_cached, n) for r, n in batch.prefill]
         if self.tp is not None:  # the followers run the same forward on their shards
             self.tp.send_step(ids, decode, prefill, self.page_size)
         meta = build_metadata(decode, prefill, self.page_size, self.device)
@@ -237,6 +255,8 @@ class Engine:
             r.num_cached += 1
         for r, n in batch.prefill:
             r.num_cached += n
+        if spec:
+            refused = refused + self._verify(spec, spec_rows, hidden)
         if not to_sample:
             return refused
         index = torch.tensor(rows, device=self.device)
@@ -274,20 +294,49 @@ class Engine:
         self.tp.close()
         self.tp = None
 
+    def _verify(self, spec: list[Request], starts: list[int],
+                hidden: torch.Tensor) -> list[StepOutput]:
+        """Accept or reject each speculating request's drafts and emit what it took."""
+        assert self.speculator is not None
+        out = []
+        for r, start in zip(spec, starts, strict=True):
+            logits = self.model.logits(hidden[start:start + 1 + len(r.drafts)])  # [k + 1, V]
+            dist = (torch.log_softmax(logits.float(), -1) if r.sampling.logprobs is not None
+                    else None)  # [k + 1, V], before anything adjusts the logits
+            tokens = self.speculator.verify(r, logits, self.batcher)
+            lps: list[TokenLogprob | None] = [None] * len(tokens)
+            if dist is not None:
+                lps = list(token_logprobs(dist[:len(tokens)], tokens,
+                                          [r.sampling.logprobs or 0] * len(tokens)))
+            out.append(self._append_many(r, tokens, lps))
+        return out
+
     def _append(self, req: Request, token: int, logprob: TokenLogprob | None) -> StepOutput:
-        req.output_ids.append(token)
-        self._generated_tokens += 1
-        self.sampler.observe(req, token)
-        if req.grammar is not None and not req.grammar.accept(token):
-            log.warning("request %s: its grammar refused token %d", req.request_id, token)
-        reason = finish_reason(req, token, self.eos_token_ids, self.tokenizer)
-        if reason is not None:
-            req.finish_reason = reason
-            self.requests.pop(req.request_id, None)
-            self.batcher.remove(req)
-        return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
-                          len(req.output_ids), req.cached_tokens,
-                          () if logprob is None else (logprob,),
+        return self._append_many(req, [token], [logprob])
+
+    def _append_many(self, req: Request, tokens: Sequence[int],
+                     logprobs: Sequence[TokenLogprob | None]) -> StepOutput:
+        """Take ``tokens`` one by one until one ends the request (the rest are dropped)."""
+        reason = None
+        taken: list[TokenLogprob] = []
+        n = 0
+        for token, logprob in zip(tokens, logprobs, strict=True):
+            req.output_ids.append(token)
+            self._generated_tokens += 1
+            n += 1
+            if logprob is not None:
+                taken.append(logprob)
+            self.sampler.observe(req, token)
+            if req.grammar is not None and not req.grammar.accept(token):
+                log.warning("request %s: its grammar refused token %d", req.request_id, token)
+            reason = finish_reason(req, token, self.eos_token_ids, self.tokenizer)
+            if reason is not None:
+                req.finish_reason = reason
+                self.requests.pop(req.request_id, None)
+                self.batcher.remove(req)
+                break
+        return StepOutput(req.request_id, tuple(tokens[:n]), reason, len(req.prompt_ids),
+                          len(req.output_ids), req.cached_tokens, tuple(taken),
                           prompt_logprobs.take(req.prompt_lp, req.prompt_ids))
 
     def check_idle_invariant(self) -> None:

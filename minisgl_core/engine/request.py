@@ -63,6 +63,7 @@ class Request:
     prompt_lp: Any = None  # prompt_logprobs.PromptLogprobState when sampling.prompt_logprobs
     grammar: Any = None  # grammar.GrammarState of a constrained request
     grammar_future: Any = None  # its compiling grammar while the request waits for it
+    drafts: tuple[int, ...] = ()  # this step's speculative draft tokens (speculative.py)
 
     @property
     def num_tokens(self) -> int:
