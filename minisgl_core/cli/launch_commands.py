@@ -79,6 +79,9 @@ def launch(
     reasoning_parser: Annotated[str | None, typer.Option(
         help="qwen3 or deepseek_r1: a chat answer's <think> block goes to reasoning_content."
     )] = None,
+    speculative: Annotated[str | None, typer.Option(
+        help="ngram: prompt-lookup speculation (-s num_speculative_tokens=K, "
+             "prompt_lookup_min/max=N).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -92,7 +95,7 @@ def launch(
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
-        "reasoning_parser": reasoning_parser,
+        "reasoning_parser": reasoning_parser, "speculative": speculative,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

@@ -169,3 +169,19 @@ def test_sampled_requests_keep_the_first_token_distribution(make_engine, drain,
     tv = 0.5 * sum(abs(dists[0].get(k, 0) - dists[1].get(k, 0)) for k in keys) / len(sp)
     assert engine.stats().spec_draft_tokens > 100  # the second token was mostly drafted
     assert tv < 0.12, tv  # same seeds, ~6 likely tokens: equal laws differ by ~0.03 here
+
+
+def test_counters_reach_metrics(make_engine, drain, tokens_of) -> None:
+    from minisgl_frontend_openai.metrics import FrontendMetrics
+
+    from minisgl_core.service.scheduler_loop import SchedulerLoop
+
+    engine = make_engine("llama", page_size=4, speculative="ngram")
+    _run(engine, drain, tokens_of, [REPEATING], _greedy())
+    counters = SchedulerLoop(engine, None, None, print).stats().counters  # type: ignore[arg-type]
+    s = engine.stats()
+    assert counters["spec_draft_tokens_total"] == s.spec_draft_tokens > 0
+    assert counters["spec_accepted_tokens_total"] == s.spec_accepted_tokens > 0
+    text = FrontendMetrics().render(counters)
+    assert f"minisgl_spec_draft_tokens_total {s.spec_draft_tokens}" in text
+    assert "# TYPE minisgl_spec_accepted_tokens_total counter" in text
