@@ -21,6 +21,7 @@ from minisgl_core.engine.request import Request
 from minisgl_core.engine.sampler import Sampler, adjusts
 
 METHODS = ("ngram",)
+MAX_PAUSE = 16  # steps a request that keeps drafting wrong waits at most before trying again
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class Speculator:
         for req in list(decode):
             if not self.eligible(req):
                 continue
+            if req.spec_pause > 0:  # its recent drafts were all wrong: decode plainly a while
+                req.spec_pause -= 1
+                continue
             # never draft past max_tokens or the context: the last position is the target's
             room = min(o.num_speculative_tokens, req.max_tokens - len(req.output_ids) - 1,
                        self.max_seq_len - req.num_cached - 1)
@@ -136,6 +140,13 @@ class Speculator:
             else:
                 out.append(int(torch.multinomial(probs[len(drafts)], 1, generator=gen)))
         accepted = len(out) - 1
+        # text that does not repeat itself wastes the k extra positions: back off exponentially
+        # after each wholly rejected draft, and start over after an accepted one
+        if accepted == 0:
+            req.spec_backoff = min(max(1, 2 * req.spec_backoff), MAX_PAUSE)
+            req.spec_pause = req.spec_backoff
+        else:
+            req.spec_backoff = 0
         self.draft_tokens += len(drafts)
         self.accepted_tokens += accepted
         # the last token and the accepted drafts have valid K/V; rejected positions' pages go
