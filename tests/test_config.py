@@ -128,6 +128,9 @@ def test_env_ignores_unrelated_minisgl_variables() -> None:
         (["nonsense"], '-s takes KEY=VALUE, got "nonsense"'),
         (["frontend=openai,openai"], "frontend lists a frontend twice"),
         (["frontend="], "frontend must name at least one frontend"),
+        (["speculative=ngrm"], 'did you mean "ngram"?'),
+        (["num_speculative_tokens=0"], "num_speculative_tokens must be at least 1"),
+        (["prompt_lookup_min=3", "prompt_lookup_max=2"], "prompt_lookup_min <= prompt_lookup_max"),
     ],
 )
 def test_override_errors(overrides: list[str], message: str) -> None:
@@ -210,3 +213,14 @@ def test_served_model_name_takes_a_comma_list() -> None:
     assert cfg.served_model_name == ("main", "alias-1")
     assert load_config(env={"MINISGL_SERVED_MODEL_NAME": "x"}).served_model_name == ("x",)
     assert load_config(env={}).served_model_name == ()
+
+
+def test_speculation_keys_reach_the_engine_config() -> None:
+    from minisgl_core.engine.config import EngineConfig
+
+    cfg = load_config(env={}, overrides=["speculative=ngram", "num_speculative_tokens=6",
+                                         "prompt_lookup_max=3"])
+    assert (cfg.speculative, cfg.num_speculative_tokens, cfg.prompt_lookup_max) == ("ngram", 6, 3)
+    assert load_config(env={}).speculative is None  # off by default
+    with pytest.raises(ValueError, match="speculative"):
+        EngineConfig(model="m", speculative="eagle")
