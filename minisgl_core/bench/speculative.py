@@ -110,6 +110,9 @@ def run(model: str | None = None, *, requests: int = 8, max_tokens: int = 96,
                                          speculative="ngram" if spec else None,
                                          num_speculative_tokens=k), resolved.model_class)
                for spec in (False, True)}
+    from minisgl_core.bench.ceilings import measure
+
+    say(f"model {resolved.path}; " + measure().line())
     tok = engines[False].tokenizer
     warm = tok.encode("Hello there, how are you today? Hello there, how are you today?")
     for engine in engines.values():  # first-call costs out of the way
