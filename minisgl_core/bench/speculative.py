@@ -98,7 +98,7 @@ def run_one(engine: Any, batch: Sequence[Sequence[int]], concurrency: int,
 
 def run(model: str | None = None, *, requests: int = 8, max_tokens: int = 96,
         concurrencies: Sequence[int] = (1, 8), k: int = 4, threads: int | None = None,
-        repeat: int = 3, say: Any = print) -> list[SpecResult]:
+        repeat: int = 3, ceilings: bool = True, say: Any = print) -> list[SpecResult]:
     """Every workload x concurrency, plain and speculative interleaved ``repeat`` times on two
     engines of one model; the fastest run of each counts (the host is shared and noisy)."""
     from minisgl_core.engine.config import EngineConfig
@@ -110,9 +110,10 @@ def run(model: str | None = None, *, requests: int = 8, max_tokens: int = 96,
                                          speculative="ngram" if spec else None,
                                          num_speculative_tokens=k), resolved.model_class)
                for spec in (False, True)}
-    from minisgl_core.bench.ceilings import measure
+    if ceilings:
+        from minisgl_core.bench.ceilings import measure
 
-    say(f"model {resolved.path}; " + measure().line())
+        say(f"model {resolved.path}; " + measure().line())
     tok = engines[False].tokenizer
     warm = tok.encode("Hello there, how are you today? Hello there, how are you today?")
     for engine in engines.values():  # first-call costs out of the way
