@@ -255,12 +255,18 @@ class Engine:
             r.num_cached += 1
         for r, n in batch.prefill:
             r.num_cached += n
+        # the k + 1 rows of every speculating request after the plain rows: one LM-head call
+        spec_index = [s + j for r, s in zip(spec, spec_rows, strict=True)
+                      for j in range(1 + len(r.drafts))]
+        if not to_sample and not spec:
+            return refused
+        index = torch.tensor(rows + spec_index, device=self.device)
+        every = self.model.logits(hidden.index_select(0, index))  # [N + S, V]
         if spec:
-            refused = refused + self._verify(spec, spec_rows, hidden)
+            refused = refused + self._verify(spec, every[len(rows):])
         if not to_sample:
             return refused
-        index = torch.tensor(rows, device=self.device)
-        logits = self.model.logits(hidden.index_select(0, index))  # [N, V]
+        logits = every[:len(rows)]  # [N, V]
         asked = [i for i, r in enumerate(to_sample) if r.sampling.logprobs is not None]
         # taken before sampling, which adjusts the logits in place (penalties, bias)
         dist = torch.log_softmax(logits[asked].float(), -1) if asked else None  # [A, V]
@@ -294,13 +300,15 @@ class Engine:
         self.tp.close()
         self.tp = None
 
-    def _verify(self, spec: list[Request], starts: list[int],
-                hidden: torch.Tensor) -> list[StepOutput]:
-        """Accept or reject each speculating request's drafts and emit what it took."""
+    def _verify(self, spec: list[Request], every: torch.Tensor) -> list[StepOutput]:
+        """Accept or reject each speculating request's drafts from its ``k + 1`` rows of
+        ``every [S, V]`` (in ``spec`` order) and emit what it took."""
         assert self.speculator is not None
         out = []
-        for r, start in zip(spec, starts, strict=True):
-            logits = self.model.logits(hidden[start:start + 1 + len(r.drafts)])  # [k + 1, V]
+        start = 0
+        for r in spec:
+            logits = every[start:start + 1 + len(r.drafts)]  # [k + 1, V]
+            start += 1 + len(r.drafts)
             dist = (torch.log_softmax(logits.float(), -1) if r.sampling.logprobs is not None
                     else None)  # [k + 1, V], before anything adjusts the logits
             tokens = self.speculator.verify(r, logits, self.batcher)
