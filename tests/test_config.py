@@ -129,6 +129,9 @@ def test_env_ignores_unrelated_minisgl_variables() -> None:
         (["nonsense"], '-s takes KEY=VALUE, got "nonsense"'),
         (["frontend=openai,openai"], "frontend lists a frontend twice"),
         (["frontend=,"], "frontend must name at least one frontend"),
+        (["speculative=ngrm"], 'did you mean "ngram"?'),
+        (["num_speculative_tokens=0"], "num_speculative_tokens must be at least 1"),
+        (["prompt_lookup_min=3", "prompt_lookup_max=2"], "prompt_lookup_min <= prompt_lookup_max"),
     ],
 )
 def test_override_errors(overrides: list[str], message: str) -> None:
@@ -226,3 +229,14 @@ def test_every_frontend_shorthands_wait_for_the_default_frontend(toml_file: Path
     assert "*" not in chosen.frontends_options
     named = load_config(toml_file, env={}).with_plugin_defaults("zmq", ("acme",))
     assert (named.transport, named.frontends) == ("nng", ("openai", "grpc"))  # the file's
+
+
+def test_speculation_keys_reach_the_engine_config() -> None:
+    from minisgl_core.engine.config import EngineConfig
+
+    cfg = load_config(env={}, overrides=["speculative=ngram", "num_speculative_tokens=6",
+                                         "prompt_lookup_max=3"])
+    assert (cfg.speculative, cfg.num_speculative_tokens, cfg.prompt_lookup_max) == ("ngram", 6, 3)
+    assert load_config(env={}).speculative is None  # off by default
+    with pytest.raises(ValueError, match="speculative"):
+        EngineConfig(model="m", speculative="eagle")

@@ -93,3 +93,22 @@ def bench_quality(
     run = lazy_entry("minisgl_core.bench.quality:main", "the quality benchmark")
     raise typer.Exit(run(model=model, quantization=chosen, tokens=tokens, json_lines=json_,
                          threads=threads))
+
+
+def bench_speculative(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    requests: Annotated[int, typer.Option(min=1, help="Requests per workload.")] = 8,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request.")] = 96,
+    concurrency: Annotated[list[int] | None, typer.Option(
+        help="Requests in flight at once (repeat).")] = None,
+    num_speculative_tokens: Annotated[int, typer.Option(min=1, help="Draft tokens (k).")] = 4,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
+    json_: JsonOpt = False,
+) -> None:
+    """N-gram speculation on a repeating and a story workload, with and without it; exit 1 if
+    it changed a greedy output."""
+    run = lazy_entry("minisgl_core.bench.speculative:main", "the speculation benchmark")
+    raise typer.Exit(run(model=model, requests=requests, max_tokens=max_tokens,
+                         concurrencies=concurrency or [1, 8], k=num_speculative_tokens,
+                         threads=threads, repeat=repeat, json_lines=json_))

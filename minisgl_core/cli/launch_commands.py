@@ -92,6 +92,9 @@ def launch(
     remote_wait: Annotated[float, typer.Option(
         help="Seconds to wait for the remote worker to join again after it is gone (503 "
              "meanwhile); 0: stop the service, exit code 1.")] = 0.0,
+    speculative: Annotated[str | None, typer.Option(
+        help="ngram: prompt-lookup speculation (-s num_speculative_tokens=K, "
+             "prompt_lookup_min/max=N).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -105,7 +108,7 @@ def launch(
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
-        "reasoning_parser": reasoning_parser,
+        "reasoning_parser": reasoning_parser, "speculative": speculative,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

@@ -24,6 +24,7 @@ from minisgl_core.did_you_mean import suggest
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
 QUANTIZATIONS = ("int8",)
+SPECULATIVE = ("ngram",)
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # file/-s key of each free-form table -> the LaunchConfig field holding it
 TABLES = {"transports": "transports", "frontends": "frontends_options", "plugins": "plugins"}
@@ -66,6 +67,10 @@ class LaunchConfig:
     dist_port: int = 0  # its port; 0 = a free one (only when every rank is local)
     cache: str = "radix"
     quantization: str | None = None  # "int8": int8 weights and inputs (docs/benchmarks.md)
+    speculative: str | None = None  # "ngram": prompt-lookup speculation (docs/speculative.md)
+    num_speculative_tokens: int = 4  # draft tokens per step (k)
+    prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
+    prompt_lookup_max: int = 4  # longest suffix n-gram looked up
     reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content
     log_level: str = "info"
     ready_timeout_s: float = 300.0
@@ -102,9 +107,14 @@ class LaunchConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 return f"{name} must be at least 1, got {value}"
+        if self.num_speculative_tokens < 1:
+            return f"num_speculative_tokens must be at least 1, got {self.num_speculative_tokens}"
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            return (f"need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
+                    f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")
         for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS),
-                              ("quantization", QUANTIZATIONS)):
-            if name == "quantization" and self.quantization is None:
+                              ("quantization", QUANTIZATIONS), ("speculative", SPECULATIVE)):
+            if name in ("quantization", "speculative") and getattr(self, name) is None:
                 continue
             if getattr(self, name) not in allowed:
                 return (f'{name} must be one of {", ".join(allowed)}, got "{getattr(self, name)}";'

@@ -104,6 +104,20 @@ class Batcher:
         if need > 0:
             req.pages.extend(self._alloc(need))
 
+    def grow_if_free(self, req: Request, num_tokens: int) -> bool:
+        """Give ``req`` pages for ``num_tokens`` tokens if that needs no preemption."""
+        if self._pages_for(num_tokens) - len(req.pages) > self.num_available:
+            return False
+        self._grow(req, num_tokens)
+        return True
+
+    def trim(self, req: Request, num_tokens: int) -> None:
+        """Free the pages of ``req`` past those ``num_tokens`` tokens need (rejected drafts)."""
+        keep = max(self._pages_for(num_tokens), req.num_shared_pages)
+        if len(req.pages) > keep:
+            self.allocator.free(req.pages[keep:])
+            del req.pages[keep:]
+
     def schedule(self) -> ScheduledBatch | None:
         """Pick this step's work and allocate its pages; None when there is nothing to do."""
         batch = ScheduledBatch()

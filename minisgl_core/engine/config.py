@@ -36,6 +36,10 @@ class EngineConfig:
     seed: int = 0  # for requests sampled without a seed of their own
     cache: str = "radix"  # "radix": reuse KV pages of cached prefixes; "naive": never reuse
     quantization: str | None = None  # "int8": int8 weights and per-token inputs (quant.py)
+    speculative: str | None = None  # "ngram": prompt-lookup speculation (speculative.py)
+    num_speculative_tokens: int = 4  # draft tokens per step (k)
+    prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
+    prompt_lookup_max: int = 4  # longest suffix n-gram looked up
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -52,6 +56,19 @@ class EngineConfig:
             raise ValueError(f'cache must be "radix" or "naive", got {self.cache!r}')
         if self.quantization is not None and self.quantization != "int8":
             raise ValueError(f'quantization must be "int8" or None, got {self.quantization!r}')
+        if self.speculative is not None and self.speculative != "ngram":
+            raise ValueError(f'speculative must be "ngram" or None, got {self.speculative!r}')
+        if self.num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens must be >= 1")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+
+    def spec_options(self) -> Any:
+        """The speculation options as ``speculative.SpecOptions``."""
+        from minisgl_core.engine.speculative import SpecOptions  # torch only when engines run
+
+        return SpecOptions(self.num_speculative_tokens, self.prompt_lookup_min,
+                           self.prompt_lookup_max)
 
 
 def _as_id_set(value: Any) -> frozenset[int]:

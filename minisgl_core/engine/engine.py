@@ -30,6 +30,7 @@ from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler, token_logprobs
+from minisgl_core.engine.speculative import Speculator
 from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
@@ -57,6 +58,8 @@ class EngineStats:
     generated_tokens: int  # sampled tokens so far
     pages_cached: int = 0  # pages held by the prefix cache (some may be in use too)
     cache_hit_tokens: int = 0  # prompt tokens admissions took from the prefix cache
+    spec_draft_tokens: int = 0  # speculative draft tokens proposed
+    spec_accepted_tokens: int = 0  # of those, accepted by verification
 
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""
@@ -126,6 +129,8 @@ class Engine:
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
         self.batcher = Batcher(self.allocator, self.page_size, config.max_running_requests,
                                config.max_prefill_tokens, config.cache)
+        self.speculator = None if config.speculative is None else Speculator(
+            config.spec_options(), self.sampler, self.max_seq_len)
         self.requests: dict[str, Request] = {}
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
             self.tokenizer, self.vocab_size, self.eos_token_ids))
@@ -203,7 +208,11 @@ class Engine:
         return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
                            self._generated_tokens, c.num_pages if c else 0,
-                           c.hit_tokens if c else 0)
+                           c.hit_tokens if c else 0, *self._spec_counts())
+
+    def _spec_counts(self) -> tuple[int, int]:
+        sp = self.speculator
+        return (0, 0) if sp is None else (sp.draft_tokens, sp.accepted_tokens)
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -216,11 +225,19 @@ class Engine:
             if self.grammar.parked and not refused:  # only compiling grammars: do not spin
                 self.grammar.wait(GRAMMAR_WAIT_S)
             return refused
+        spec = [] if self.speculator is None else self.speculator.plan(batch.decode,
+                                                                        self.batcher)
         ids: list[int] = [r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
                           for r in batch.decode]
         rows: list[int] = list(range(len(batch.decode)))
         to_sample: list[Request] = list(batch.decode)
         row = len(ids)
+        spec_rows: list[int] = []
+        for r in spec:  # the last token and the drafts: one extend chunk of k + 1 positions
+            spec_rows.append(row)
+            ids.append(r.output_ids[-1] if r.output_ids else r.prompt_ids[-1])
+            ids.extend(r.drafts)
+            row += 1 + len(r.drafts)
         chunks: list[prompt_logprobs.Chunk] = []
         for r, n in batch.prefill:
             if r.prompt_lp is not None:
@@ -232,7 +249,8 @@ class Engine:
                 rows.append(row - 1)
                 to_sample.append(r)
         decode = [(r.pages, r.num_cached + 1) for r in batch.decode]
-        prefill = [(r.pages, r.num_cached, n) for r, n in batch.prefill]
+        prefill = [(r.pages, r.num_cached, 1 + len(r.drafts)) for r in spec]
+        prefill += [(r.pages, r.num_cached, n) for r, n in batch.prefill]
         if self.tp is not None:  # the followers run the same forward on their shards
             self.tp.send_step(ids, decode, prefill, self.page_size)
         meta = build_metadata(decode, prefill, self.page_size, self.device)
@@ -244,10 +262,18 @@ class Engine:
             r.num_cached += 1
         for r, n in batch.prefill:
             r.num_cached += n
+        # the k + 1 rows of every speculating request after the plain rows: one LM-head call
+        spec_index = [s + j for r, s in zip(spec, spec_rows, strict=True)
+                      for j in range(1 + len(r.drafts))]
+        if not to_sample and not spec:
+            return refused
+        index = torch.tensor(rows + spec_index, device=self.device)
+        every = self.model.logits(hidden.index_select(0, index))  # [N + S, V]
+        if spec:
+            refused = refused + self._verify(spec, every[len(rows):])
         if not to_sample:
             return refused
-        index = torch.tensor(rows, device=self.device)
-        logits = self.model.logits(hidden.index_select(0, index))  # [N, V]
+        logits = every[:len(rows)]  # [N, V]
         asked = [i for i, r in enumerate(to_sample) if r.sampling.logprobs is not None]
         # taken before sampling, which adjusts the logits in place (penalties, bias)
         dist = torch.log_softmax(logits[asked].float(), -1) if asked else None  # [A, V]
@@ -281,20 +307,51 @@ class Engine:
         self.tp.close()
         self.tp = None
 
+    def _verify(self, spec: list[Request], every: torch.Tensor) -> list[StepOutput]:
+        """Accept or reject each speculating request's drafts from its ``k + 1`` rows of
+        ``every [S, V]`` (in ``spec`` order) and emit what it took."""
+        assert self.speculator is not None
+        out = []
+        start = 0
+        for r in spec:
+            logits = every[start:start + 1 + len(r.drafts)]  # [k + 1, V]
+            start += 1 + len(r.drafts)
+            dist = (torch.log_softmax(logits.float(), -1) if r.sampling.logprobs is not None
+                    else None)  # [k + 1, V], before anything adjusts the logits
+            tokens = self.speculator.verify(r, logits, self.batcher)
+            lps: list[TokenLogprob | None] = [None] * len(tokens)
+            if dist is not None:
+                lps = list(token_logprobs(dist[:len(tokens)], tokens,
+                                          [r.sampling.logprobs or 0] * len(tokens)))
+            out.append(self._append_many(r, tokens, lps))
+        return out
+
     def _append(self, req: Request, token: int, logprob: TokenLogprob | None) -> StepOutput:
-        req.output_ids.append(token)
-        self._generated_tokens += 1
-        self.sampler.observe(req, token)
-        if req.grammar is not None and not req.grammar.accept(token):
-            log.warning("request %s: its grammar refused token %d", req.request_id, token)
-        reason = finish_reason(req, token, self.eos_token_ids, self.tokenizer)
-        if reason is not None:
-            req.finish_reason = reason
-            self.requests.pop(req.request_id, None)
-            self.batcher.remove(req)
-        return StepOutput(req.request_id, (token,), reason, len(req.prompt_ids),
-                          len(req.output_ids), req.cached_tokens,
-                          () if logprob is None else (logprob,),
+        return self._append_many(req, [token], [logprob])
+
+    def _append_many(self, req: Request, tokens: Sequence[int],
+                     logprobs: Sequence[TokenLogprob | None]) -> StepOutput:
+        """Take ``tokens`` one by one until one ends the request (the rest are dropped)."""
+        reason = None
+        taken: list[TokenLogprob] = []
+        n = 0
+        for token, logprob in zip(tokens, logprobs, strict=True):
+            req.output_ids.append(token)
+            self._generated_tokens += 1
+            n += 1
+            if logprob is not None:
+                taken.append(logprob)
+            self.sampler.observe(req, token)
+            if req.grammar is not None and not req.grammar.accept(token):
+                log.warning("request %s: its grammar refused token %d", req.request_id, token)
+            reason = finish_reason(req, token, self.eos_token_ids, self.tokenizer)
+            if reason is not None:
+                req.finish_reason = reason
+                self.requests.pop(req.request_id, None)
+                self.batcher.remove(req)
+                break
+        return StepOutput(req.request_id, tuple(tokens[:n]), reason, len(req.prompt_ids),
+                          len(req.output_ids), req.cached_tokens, tuple(taken),
                           prompt_logprobs.take(req.prompt_lp, req.prompt_ids))
 
     def check_idle_invariant(self) -> None:

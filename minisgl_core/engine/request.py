@@ -63,6 +63,9 @@ class Request:
     prompt_lp: Any = None  # prompt_logprobs.PromptLogprobState when sampling.prompt_logprobs
     grammar: Any = None  # grammar.GrammarState of a constrained request
     grammar_future: Any = None  # its compiling grammar while the request waits for it
+    drafts: tuple[int, ...] = ()  # this step's speculative draft tokens (speculative.py)
+    spec_pause: int = 0  # steps left before it drafts again (after a wholly rejected draft)
+    spec_backoff: int = 0  # the pause the next wholly rejected draft sets (doubles, capped)
 
     @property
     def num_tokens(self) -> int:

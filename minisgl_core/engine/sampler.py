@@ -22,7 +22,7 @@ def _has_penalty(req: Request) -> bool:
     return s.repetition_penalty != 1.0 or s.presence_penalty != 0.0 or s.frequency_penalty != 0.0
 
 
-def _adjusts(req: Request) -> bool:
+def adjusts(req: Request) -> bool:
     """True when this step's logits of ``req`` change before sampling."""
     return req.counts is not None or req.bias is not None or (
         req.banned is not None and len(req.output_ids) < req.sampling.min_tokens)
@@ -89,11 +89,11 @@ class Sampler:
         constrained = [i for i, r in enumerate(reqs) if r.grammar is not None]
         if constrained:  # first, so that every later step sees only allowed tokens
             apply_masks(logits, constrained, [reqs[i].grammar for i in constrained])
-        if all(r.sampling.greedy and not _adjusts(r) for r in reqs):
+        if all(r.sampling.greedy and not adjusts(r) for r in reqs):
             return _argmax(logits).tolist()  # type: ignore[no-any-return]
         logits = logits.float()
         for i, r in enumerate(reqs):
-            if _adjusts(r):
+            if adjusts(r):
                 self._adjust(logits[i], r)
         out = [0] * len(reqs)
         greedy = [i for i, r in enumerate(reqs) if r.sampling.greedy]
@@ -132,6 +132,17 @@ class Sampler:
             row -= s.frequency_penalty * r.counts + s.presence_penalty * (r.counts > 0).float()
 
     def _sample_rows(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[int]:
+        probs = self.probs(logits, reqs)
+        race = torch.empty_like(probs).exponential_(generator=self.generator)
+        for i, r in enumerate(reqs):
+            if r.generator is not None:
+                race[i].exponential_(generator=r.generator)
+        return _argmax(probs / race.clamp_min_(1e-30)).tolist()  # type: ignore[no-any-return]
+
+    @staticmethod
+    def probs(logits: torch.Tensor, reqs: Sequence[Request]) -> torch.Tensor:
+        """What row i of ``logits [N, V]`` is sampled from for ``reqs[i]`` (temperature, top-k,
+        top-p, min-p), unnormalised where tokens were cut: ``[N, V]`` float."""
         n, v = logits.shape
         dev = logits.device
         temps = torch.tensor([r.sampling.temperature for r in reqs], device=dev).unsqueeze(1)
@@ -151,8 +162,4 @@ class Sampler:
         if any(m > 0 for m in min_p):
             mp = torch.tensor(min_p, device=dev).unsqueeze(1)
             probs = probs.masked_fill(probs < mp * probs.amax(-1, keepdim=True), 0.0)
-        race = torch.empty_like(probs).exponential_(generator=self.generator)
-        for i, r in enumerate(reqs):
-            if r.generator is not None:
-                race[i].exponential_(generator=r.generator)
-        return _argmax(probs / race.clamp_min_(1e-30)).tolist()  # type: ignore[no-any-return]
+        return probs

@@ -72,6 +72,10 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "num_threads": spec.num_threads,
         "cache": cfg.cache,
         "quantization": getattr(cfg, "quantization", None),
+        "speculative": getattr(cfg, "speculative", None),
+        "num_speculative_tokens": getattr(cfg, "num_speculative_tokens", None),
+        "prompt_lookup_min": getattr(cfg, "prompt_lookup_min", None),
+        "prompt_lookup_max": getattr(cfg, "prompt_lookup_max", None),
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     if cfg.tp == 1:

@@ -205,7 +205,10 @@ class SchedulerLoop:
         counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
                     "scheduler_generation_tokens_total": float(self.generation_tokens_total),
                     "scheduler_steps_total": float(self.steps_total),
-                    "prefix_cache_hit_tokens_total": float(s.cache_hit_tokens)}
+                    "prefix_cache_hit_tokens_total": float(s.cache_hit_tokens),
+                    # speculation (0 when off, or for a scheduler without it)
+                    "spec_draft_tokens_total": float(getattr(s, "spec_draft_tokens", 0)),
+                    "spec_accepted_tokens_total": float(getattr(s, "spec_accepted_tokens", 0))}
         counters.update({f"scheduler_finished_{k}_total": float(v)
                          for k, v in self.finished_total.items()})
         return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters)

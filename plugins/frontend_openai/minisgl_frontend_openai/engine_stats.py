@@ -120,6 +120,8 @@ def current(engine: Mapping[str, float], frontend: FrontendMetrics) -> dict[str,
         "requests_inflight": float(frontend.inflight),
         "ttft_mean_s": cur.ttft_sum / cur.ttft_count if cur.ttft_count else None,
         "batch_peak": _num(engine.get("scheduler_batch_peak")),
+        "spec_draft_tokens_total": _num(engine.get("spec_draft_tokens_total")),
+        "spec_accepted_tokens_total": _num(engine.get("spec_accepted_tokens_total")),
     }
 
 

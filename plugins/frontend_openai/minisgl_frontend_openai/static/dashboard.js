@@ -47,6 +47,10 @@
     $("stat-hit").textContent = hits === null ? "-" : Math.round(hits * 100) + "%";
     $("stat-ttft").textContent = current.ttft_mean_s === null ? "-"
       : Math.round(current.ttft_mean_s * 1000) + " ms";
+    // speculation: accepted share of the drafted tokens ("-" while nothing was drafted)
+    const drafted = current.spec_draft_tokens_total || 0;
+    $("stat-spec").textContent = drafted > 0
+      ? Math.round(current.spec_accepted_tokens_total / drafted * 100) + "%" : "-";
   }
 
   async function tick() {
