@@ -56,8 +56,9 @@ async def generate(client: object, prompt_ids: tuple[int, ...]) -> tuple[int, ..
 
 def serve_once(model: str, plugins: list[object]) -> tuple[int, ...]:
     regs = collect(build_manager(autoload=False, extra=plugins))
-    config = dataclasses.replace(LaunchConfig(), transport="inproc", num_pages=64,
-                                 max_seq_len_override=256)
+    # no frontend plugin is loaded here: the service's one client is driven directly
+    config = dataclasses.replace(LaunchConfig(), transport="inproc", frontends=("direct",),
+                                 num_pages=64, max_seq_len_override=256)
     service = start_service(config, regs, model)
     try:
         (client,) = service.clients.values()

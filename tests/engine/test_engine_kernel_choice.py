@@ -14,6 +14,11 @@ CPU, FP32 = torch.device("cpu"), torch.float32
 SHAPES = {"qkv": (96, 64), "down": (64, 128)}
 
 
+# a scripted timer measures nothing, but packing each candidate's weight still takes real time:
+# a budget a loaded host cannot run out of (a partial measurement is never cached)
+SCRIPTED_BUDGET_S = 600.0
+
+
 def _scripted(fast_small: str) -> object:
     """A timer: ``fast_small`` wins below 8 rows by a hair, dense loses by far above."""
     def timer(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
@@ -46,7 +51,8 @@ def _busy() -> float:
 
 
 def test_choice_is_measured_once_then_read_back_the_same(tmp_path: Path, pool_names) -> None:
-    first = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"), load=_quiet)
+    first = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
+                   timer=_scripted("dense"), load=_quiet)
     assert first.source.startswith("measured")
     assert len(list(tmp_path.glob("linear-*.json"))) == 1
     for load in (_quiet, _busy):
@@ -57,11 +63,13 @@ def test_choice_is_measured_once_then_read_back_the_same(tmp_path: Path, pool_na
 
 def test_a_choice_measured_on_a_busy_machine_is_measured_again_when_quiet(
         tmp_path: Path, pool_names) -> None:
-    busy = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"), load=_busy)
+    busy = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
+                  timer=_scripted("dense"), load=_busy)
     assert busy.source.startswith("measured")
     still_busy = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never, load=_busy)
     assert still_busy.source.startswith("cached")  # no better timings to be had now
-    quiet = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"), load=_quiet)
+    quiet = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
+                   timer=_scripted("dense"), load=_quiet)
     assert quiet.source.startswith("measured")
     again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_never, load=_quiet)
     assert again.source.startswith("cached") and again.names() == quiet.names()
@@ -73,14 +81,16 @@ def test_one_layout_per_layer_with_the_fastest_kernel_per_bucket(tmp_path: Path,
         pytest.skip("oneDNN is not available here")
     # dense wins 1 row by 1%, loses 9x above: the packed layout is kept, and within it the
     # unpadded variant takes the 1-row bucket
-    choice = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("onednn-rows"))
+    choice = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
+                    timer=_scripted("onednn-rows"))
     assert choice.names()["qkv"] == ["onednn-rows"] + ["onednn"] * (len(BUCKETS) - 1)
     assert {k.layout for k in choice.kernels["qkv"]} == {"onednn"}
 
 
 def test_a_different_cache_key_measures_again(tmp_path: Path, pool_names) -> None:
-    choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
-    other = choose({"qkv": (96, 32)}, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=_scripted("dense"))
+    other = choose({"qkv": (96, 32)}, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
+                   timer=_scripted("dense"))
     assert other.source.startswith("measured")
     assert len(list(tmp_path.glob("linear-*.json"))) == 2
 
@@ -99,10 +109,11 @@ def test_minisgl_linear_forces_one_kernel(tmp_path: Path, monkeypatch, pool_name
 
 
 def test_a_corrupt_cache_file_is_measured_over(tmp_path: Path, pool_names) -> None:
-    choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=_scripted("dense"))
     (path,) = tmp_path.glob("linear-*.json")
     path.write_text("{not json")
-    again = choose(SHAPES, CPU, FP32, cache=tmp_path, timer=_scripted("dense"))
+    again = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
+                   timer=_scripted("dense"))
     assert again.source.startswith("measured")
 
 

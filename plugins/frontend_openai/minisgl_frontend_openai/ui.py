@@ -55,7 +55,7 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
         "model": client.model_name, "max_context": client.max_context,
         "version": __version__,
         "transport": getattr(config, "transport", None),
-        "frontends": list(getattr(config, "frontends", ("openai",))),
+        "frontends": list(getattr(config, "frontends", None) or ("openai",)),  # None: us alone
         "tp": getattr(config, "tp", 1),
         "dtype": getattr(config, "dtype", None), "device": getattr(config, "device", None),
         "cache": getattr(config, "cache", None),

@@ -27,8 +27,10 @@ def options(port: int = 0, **more: Any) -> dict[str, Any]:
 
 def test_plugin_registers_the_openai_frontend_lazily() -> None:
     seen: list[tuple[str, Any]] = []
-    minisgl_frontend_openai.minisgl_register_frontends(register=lambda n, t: seen.append((n, t)))
-    assert seen == [("openai", "minisgl_frontend_openai.server:OpenAIFrontend")]
+    minisgl_frontend_openai.minisgl_register_frontends(
+        register=lambda n, t, **kw: seen.append((n, t, kw)))
+    # offered as the frontend a service serves when none is named
+    assert seen == [("openai", "minisgl_frontend_openai.server:OpenAIFrontend", {"default": True})]
     module, attr = seen[0][1].split(":")
     assert getattr(__import__(module, fromlist=[attr]), attr) is OpenAIFrontend
     heavy = subprocess.run(
