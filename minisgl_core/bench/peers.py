@@ -221,18 +221,20 @@ class PeerProcess:
         return self.log_path.read_text(errors="replace")[-chars:]
 
     def stop(self) -> int:
-        """SIGTERM the peer's process group, SIGKILL it after a grace period; the exit code."""
+        """SIGTERM the peer's server, as a user stops one (it stops its own workers in order),
+        then SIGKILL whatever of its process group is left; the server's exit code."""
+        code = None
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)
             try:
-                return self.proc.wait(STOP_TIMEOUT_S)
+                code = self.proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 pass
-        try:  # whatever of its group is left (workers that outlive the server)
+        try:  # workers that outlive the server (or a server that did not stop)
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        return self.proc.wait(STOP_TIMEOUT_S)
+        return self.proc.wait(STOP_TIMEOUT_S) if code is None else code
 
 
 def tree_rss_mb(pid: int) -> float:
