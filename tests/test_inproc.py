@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -109,6 +110,31 @@ def test_endpoint_table_is_emptied_when_every_end_closes(run_dir: Path) -> None:
     assert ep in inproc_channels.TABLE
     t.close()
     assert ep not in inproc_channels.TABLE
+
+
+def test_a_message_sent_just_before_an_async_wait_is_not_lost(
+        run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer thread sends between arecv's empty look and its wait: arecv still returns it."""
+    t = InprocTransport()
+    try:
+        ep = t.endpoint(run_dir, "race")
+        rx, tx = t.pull(ep, bind=True), t.push(ep)
+        original = inproc_channels.End._wait
+
+        async def send_first(self: inproc_channels.End, *args: object) -> None:
+            peer = threading.Thread(target=tx.send, args=(b"late",))
+            peer.start()  # completes its send and its wake-up before the wait begins
+            peer.join(10)
+            await original(self, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(inproc_channels.End, "_wait", send_first)
+
+        async def receive() -> bytes:
+            return await asyncio.wait_for(rx.arecv(), 10)
+
+        assert asyncio.run(receive()) == b"late"
+    finally:
+        t.close()
 
 
 def test_misuse_is_refused_with_clear_errors(run_dir: Path) -> None:

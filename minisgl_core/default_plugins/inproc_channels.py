@@ -148,14 +148,20 @@ class End:
     def _closed_error(self) -> ChannelClosed:
         return ChannelClosed(f"channel {self._endpoint} is closed")
 
-    async def _wait(self, waiters: list[asyncio.Future[None]]) -> None:
-        """Wait (lock NOT held) until a peer or close() completes a future put into ``waiters``."""
+    async def _wait(self, waiters: list[asyncio.Future[None]], ready: Callable[[], bool]) -> None:
+        """Wait (lock NOT held) until a peer or close() completes a future put into ``waiters``.
+
+        ``ready`` is checked again under the lock: a peer may have acted between the caller's
+        look and this one, and its wake-up went to the waiters before this future was among them.
+        """
         import asyncio
 
         fut = asyncio.get_running_loop().create_future()
         with self._lock:
             if self._closed:
                 raise self._closed_error()
+            if ready():
+                return
             waiters.append(fut)
             self._waiting = fut
         try:
@@ -192,7 +198,7 @@ class PipeSender(End):
                     box.items.append(bytes(data))
                     box.wake_getters()
                     return
-            await self._wait(box.putters)
+            await self._wait(box.putters, box.has_room)
 
 
 class _Receiver(End):
@@ -232,7 +238,7 @@ class _Receiver(End):
                 item = self._take()
                 if item is not None:
                     return item
-            await self._wait(self._box.getters)
+            await self._wait(self._box.getters, lambda: bool(self._box.items))
 
 
 class PipeReceiver(_Receiver):
