@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -105,9 +106,11 @@ def _gemma_gguf() -> Path:
     return Path(gemma.assemble(cache_dir() / "gguf-sources" / gemma.MODEL_NAME))
 
 
-def transformers_reference(gguf: Path) -> dict[str, list[list[int]]]:
-    """transformers' prompt ids and greedy tokens on the GGUF itself (``gguf_file=``), fp32;
-    cached by the file's and the prompts' hashes (dequantizing takes transformers ~2 minutes)."""
+def transformers_reference(gguf: Path, converted: Path) -> dict[str, list[list[int]]]:
+    """transformers' prompt ids and greedy tokens in fp32 on ``converted``, the checkpoint that
+    transformers' own GGUF loader dequantized from ``gguf`` when minisgl first opened it (loading
+    the GGUF a second time would dequantize it again: minutes on a busy host); cached by the
+    file's and the prompts' hashes."""
     from minisgl_core.store.gguf_cache import content_hash
     from minisgl_core.store.paths import cache_dir
 
@@ -118,9 +121,8 @@ def transformers_reference(gguf: Path) -> dict[str, list[list[int]]]:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                              dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(converted)
+    hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval()
     prompts = [tok(p).input_ids for p in GEMMA_PROMPTS]
     greedy = []
     for ids in prompts:
@@ -131,17 +133,20 @@ def transformers_reference(gguf: Path) -> dict[str, list[list[int]]]:
         greedy.append(out[0, len(ids):].tolist())
     ref = {"prompts": prompts, "greedy": greedy}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(ref))
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(ref))
+    os.replace(tmp, path)  # a reader never sees half a file
     return ref
 
 
 @pytest.mark.model
+@pytest.mark.timeout(900)  # the first use converts the GGUF: ~1 min here, 5 on a busy host
 def test_gemma3_270m_gives_transformers_greedy_tokens() -> None:
     from minisgl_core import LLM
 
     gguf = _gemma_gguf()
-    ref = transformers_reference(gguf)
-    llm = LLM(str(gguf), dtype="float32", max_seq_len_override=512)
+    llm = LLM(str(gguf), dtype="float32", max_seq_len_override=512)  # converts it on first use
+    ref = transformers_reference(gguf, Path(llm.engine.config.model))
     assert llm.engine.model_name == "gemma-3-270m-q4_k_m"
     assert llm.tokenizer.encode(GEMMA_PROMPTS[0]) == ref["prompts"][0]  # BOS included
     outs = llm.generate(ref["prompts"], SamplingParams(max_tokens=GEMMA_TOKENS, temperature=0,
