@@ -67,6 +67,9 @@ def test_both_replicas_get_work_and_the_totals_add_up(service: RunningService) -
     assert [e["dp_rank"] for e in load] == [0, 1]
     info = httpx.get(f"{service.url}/server_info", timeout=10).json()
     assert info["dp_size"] == 2
+    rows = httpx.get(f"{service.url}/v1/engine/stats", timeout=10).json()["replicas"]
+    assert [(r["dp_rank"], r["requests_total"]) for r in rows] == [
+        (i, n) for i, n in enumerate(replica(m, RECEIVED))]  # the dashboard's replica table
 
 
 def test_a_shared_prefix_stays_on_one_replica(service: RunningService) -> None:
