@@ -2,8 +2,8 @@
 rate of affinity vs round-robin dispatch on a shared-system-prompt workload, same run.
 
 Usage: .venv/bin/python benchmarks/fleet_dp.py [--concurrency 1 --concurrency 8 ...]
-Throughput: `minisgl bench serve` at each concurrency (``--requests`` per level, default two
-waves) against one service at a time. Hit rate: ``--systems`` system prompts of ~``--system-words``
+Throughput: `minisgl bench serve` at each concurrency (``--waves`` x concurrency requests per
+level, at least 4) against one service at a time. Hit rate: ``--systems`` system prompts of ~``--system-words``
 words, each asked ``--per-system`` questions at concurrency 8; the share of admitted prompt tokens
 the prefix cache supplied (``prefix_cache_hit_tokens_total / scheduler_prompt_tokens_total``,
 from /metrics), for `--dp 1`, and `--dp 2` with each ``dp_policy`` (docs/scale-out.md).
@@ -58,7 +58,7 @@ def hit_rate(svc: RunningService, systems: int, per_system: int, words: int) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, action="append")
-    ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--waves", type=int, default=2, help="requests per level: waves x c (>= 4)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--systems", type=int, default=8)
     ap.add_argument("--per-system", type=int, default=6)
@@ -71,7 +71,7 @@ def main() -> None:
         svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
         try:
             rows[name] = [r for c in levels for r in bench(
-                svc.url, svc.model_name(), [c], args.requests or max(8, 2 * c),
+                svc.url, svc.model_name(), [c], max(4, args.waves * c),
                 args.max_tokens)]
         finally:
             svc.stop()
