@@ -3,22 +3,24 @@ rate of affinity vs round-robin dispatch on a shared-system-prompt workload, sam
 
 Usage: .venv/bin/python benchmarks/fleet_dp.py [--concurrency 1 --concurrency 8 ...]
 Throughput: `minisgl bench serve` at each concurrency (``--waves`` x concurrency requests per
-level, at least 4) against one service at a time. Hit rate: ``--systems`` system prompts of ~``--system-words``
-words, each asked ``--per-system`` questions at concurrency 8; the share of admitted prompt tokens
-the prefix cache supplied (``prefix_cache_hit_tokens_total / scheduler_prompt_tokens_total``,
-from /metrics), for `--dp 1`, and `--dp 2` with each ``dp_policy`` (docs/scale-out.md).
+level, at least 4) against one service at a time, both setups at a level one after the other.
+Hit rate: ``--systems`` system prompts of ~``--system-words`` words, each asked
+``--per-system`` questions at concurrency 8; the share of admitted prompt tokens the prefix
+cache supplied (``prefix_cache_hit_tokens_total / scheduler_prompt_tokens_total`` from
+/metrics), for `--dp 1`, and `--dp 2` with each ``dp_policy`` (docs/scale-out.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from fleet import bench
 
 from minisgl_core.testing.service import RunningService, launch_service
 
@@ -55,6 +57,18 @@ def hit_rate(svc: RunningService, systems: int, per_system: int, words: int) -> 
     return delta("prefix_cache_hit_tokens_total") / delta("scheduler_prompt_tokens_total")
 
 
+def serve(url: str, model: str, c: int, requests: int, max_tokens: int) -> dict:
+    """`minisgl bench serve --json` at one level; its row even when some requests failed."""
+    cmd = [sys.executable, "-m", "minisgl_core", "bench", "serve", "--url", url, "--json",
+           "--model", model, "--requests", str(requests), "--max-tokens", str(max_tokens),
+           "--concurrency", str(c)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if not rows:
+        raise RuntimeError(f"bench serve against {url} failed:\n{done.stderr[-2000:]}")
+    return rows[0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, action="append")
@@ -66,32 +80,26 @@ def main() -> None:
     args = ap.parse_args()
     levels = args.concurrency or [1, 8, 32]
     tmp = Path(tempfile.mkdtemp(prefix="minisgl-dp-"))
-    rows: dict[str, list[dict]] = {}
-    for name, extra in SETUPS.items():
-        svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
-        try:
-            rows[name] = [r for c in levels for r in bench(
-                svc.url, svc.model_name(), [c], max(4, args.waves * c),
-                args.max_tokens)]
-        finally:
-            svc.stop()
-    hits: dict[str, float] = {}
+    # each row is printed as soon as it is measured, so a run cut short keeps what it measured
+    print("| setup | prefix-cache hit rate |\n|---|---|", flush=True)
     for name, extra in HIT_SETUPS.items():
         svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
         try:
-            hits[name] = hit_rate(svc, args.systems, args.per_system, args.system_words)
+            rate = hit_rate(svc, args.systems, args.per_system, args.system_words)
         finally:
             svc.stop()
-    print("| setup | concurrency | output tok/s | TTFT p50 ms | req/s |")
-    print("|---|---|---|---|---|")
-    for name, out in rows.items():
-        for r in out:
-            print(f"| {name} | {r['concurrency']} | {r['output_tok_s']:.1f}"
-                  f" | {r['ttft_p50_ms']:.0f} | {r['req_s']:.2f} |")
-    print("\n| setup | prefix-cache hit rate |\n|---|---|")
-    for name, rate in hits.items():
-        print(f"| {name} | {rate:.1%} |")
-    print(json.dumps({"throughput": rows, "hit_rate": hits}))
+        print(f"| {name} | {rate:.1%} |", flush=True)
+    print("\n| setup | concurrency | output tok/s | TTFT p50 ms | req/s | failed |", flush=True)
+    print("|---|---|---|---|---|---|", flush=True)
+    for c in levels:  # both setups at one level, one after the other
+        for name, extra in SETUPS.items():
+            svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
+            try:
+                r = serve(svc.url, svc.model_name(), c, max(4, args.waves * c), args.max_tokens)
+            finally:
+                svc.stop()
+            print(f"| {name} | {c} | {r['output_tok_s']:.1f} | {r['ttft_p50_ms']:.0f}"
+                  f" | {r['req_s']:.2f} | {r['failures']} |", flush=True)
 
 
 if __name__ == "__main__":
