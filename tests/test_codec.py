@@ -56,8 +56,10 @@ SAMPLES: list[tuple[m.Message, tuple[str, ...]]] = [
     (m.Ready("scheduler", 1234, {"context_length": "8192"}), ("control",)),
     (m.Ready("tokenizer", 1), ("control",)),
     (m.Fatal("scheduler", 1234, "CUDA out of memory"), ("control",)),
-    (m.Stats("scheduler", {"running": 3.0}, {"tokens": 1e6}, (0.1, 0.2), (0.01,)), ("control",)),
-    (m.Stats("detokenizer"), ("control",)),
+    # Stats reach the tokenizer too: under --dp, each scheduler replica's load, for dispatch
+    (m.Stats("scheduler", {"running": 3.0}, {"tokens": 1e6}, (0.1, 0.2), (0.01,), dp_rank=1),
+     ("control", "tokenizer")),
+    (m.Stats("detokenizer"), ("control", "tokenizer")),
 ]
 CHANNELS = ("tokenizer", "scheduler", "detokenizer", "frontend", "control")
 IDS = [f"{type(msg).__name__}-{i}" for i, (msg, _) in enumerate(SAMPLES)]

@@ -240,3 +240,22 @@ def test_speculation_keys_reach_the_engine_config() -> None:
     assert load_config(env={}).speculative is None  # off by default
     with pytest.raises(ValueError, match="speculative"):
         EngineConfig(model="m", speculative="eagle")
+
+
+def test_dp_keys_are_checked() -> None:
+    from minisgl_core.service.launcher import replica_cpus
+
+    cfg = LaunchConfig(dp=2, dp_cpus="0-1;2,3", dp_policy="round_robin")
+    assert cfg.dp_cpu_sets() == [{0, 1}, {2, 3}]
+    assert replica_cpus(cfg) == [(0, 1), (2, 3)]
+    assert replica_cpus(LaunchConfig(dp=2, dp_cpus="none")) == [(), ()]
+    auto = replica_cpus(LaunchConfig(dp=2))  # this process's cores, split in two runs
+    assert len(auto) == 2 and all(auto)
+    for bad, message in [({"dp": 0}, "dp must be at least 1"),
+                         ({"dp": 2, "dp_cpus": "0-1"}, "dp_cpus must list 2 core sets"),
+                         ({"dp": 2, "dp_cpus": "a;b"}, "dp_cpus must list 2 core sets"),
+                         ({"dp_policy": "random"}, "dp_policy must be one of"),
+                         ({"dp": 2, "tp_local_ranks": "0", "tp": 2, "dist_port": 5000},
+                          "every tensor-parallel rank on this host")]:
+        with pytest.raises(ConfigError, match=message):
+            LaunchConfig(**bad)

@@ -20,7 +20,7 @@ def test_every_top_level_message_has_a_unique_tag() -> None:
 
 
 @pytest.mark.parametrize(("union", "expected"), [
-    (m.TokenizerInbound, {"generate", "tokenize", "detokenize", "abort", "shutdown"}),
+    (m.TokenizerInbound, {"generate", "tokenize", "detokenize", "abort", "shutdown", "stats"}),
     (m.SchedulerInbound, {"tokenized", "abort", "shutdown"}),
     (m.DetokenizerInbound, {"token_batch", "shutdown"}),
     (m.FrontendInbound, {"text_batch", "tokenizer_reply", "shutdown"}),

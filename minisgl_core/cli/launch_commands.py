@@ -62,6 +62,8 @@ def launch(
     api_key: Annotated[str | None, typer.Option(
         help="Require this bearer token on every frontend (frontends.NAME.api_key).")] = None,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel ranks.")] = None,
+    dp: Annotated[int | None, typer.Option(
+        help="Data-parallel scheduler replicas, each its own process (--tp ranks each).")] = None,
     tp_local_ranks: Annotated[str | None, typer.Option(
         help="Ranks started here, e.g. 0 (the rest: `minisgl tp-worker` elsewhere).")] = None,
     dist_addr: Annotated[str | None, typer.Option(
@@ -104,7 +106,7 @@ def launch(
         "served_model_name": served_model_name, "host": host, "port": port,
         "dtype": dtype,
         "num_pages": num_pages, "page_size": page_size,
-        "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp,
+        "max_seq_len_override": max_seq_len_override, "api_key": api_key, "tp": tp, "dp": dp,
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,

@@ -25,6 +25,7 @@ DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
 QUANTIZATIONS = ("int8",)
 SPECULATIVE = ("ngram",)
+DP_POLICIES = ("cache_aware", "round_robin")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # file/-s key of each free-form table -> the LaunchConfig field holding it
 TABLES = {"transports": "transports", "frontends": "frontends_options", "plugins": "plugins"}
@@ -65,6 +66,10 @@ class LaunchConfig:
     tp_local_ranks: str | None = None  # ranks this launch starts, e.g. "0" or "0,1"; None = all
     dist_addr: str = "127.0.0.1"  # where rank 0 hosts the tensor-parallel group
     dist_port: int = 0  # its port; 0 = a free one (only when every rank is local)
+    dp: int = 1  # data-parallel scheduler replicas, each its own process (docs/scale-out.md)
+    dp_policy: str = "cache_aware"  # how the tokenizer picks a replica: cache_aware, round_robin
+    dp_affinity_threshold: int = 4  # requests by which the prefix's replica may be busier
+    dp_cpus: str = ""  # each replica's cores, "0-3;4-7"; "" splits this host's, "none": unpinned
     cache: str = "radix"
     quantization: str | None = None  # "int8": int8 weights and inputs (docs/benchmarks.md)
     speculative: str | None = None  # "ngram": prompt-lookup speculation (docs/speculative.md)
@@ -103,7 +108,7 @@ class LaunchConfig:
         if not 0 <= self.dist_port <= 65535:
             return f"dist_port must be in 0..65535, got {self.dist_port}"
         for name in ("num_pages", "page_size", "max_seq_len_override", "max_running_requests",
-                     "max_prefill_tokens", "max_waiting_requests", "num_threads", "tp"):
+                     "max_prefill_tokens", "max_waiting_requests", "num_threads", "tp", "dp"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 return f"{name} must be at least 1, got {value}"
@@ -113,7 +118,8 @@ class LaunchConfig:
             return (f"need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
                     f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")
         for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS),
-                              ("quantization", QUANTIZATIONS), ("speculative", SPECULATIVE)):
+                              ("quantization", QUANTIZATIONS), ("speculative", SPECULATIVE),
+                              ("dp_policy", DP_POLICIES)):
             if name in ("quantization", "speculative") and getattr(self, name) is None:
                 continue
             if getattr(self, name) not in allowed:
@@ -126,7 +132,7 @@ class LaunchConfig:
                 return (f'reasoning_parser must be one of {", ".join(parser_names())}, got '
                         f'"{self.reasoning_parser}";'
                         f"{suggest(self.reasoning_parser, parser_names())}")
-        problem = self._tp_problem()
+        problem = self._tp_problem() or self._dp_problem()
         if problem:
             return problem
         if not self.ready_timeout_s > 0:
@@ -153,6 +159,33 @@ class LaunchConfig:
             return ("dist_port must be set when some ranks run elsewhere (tp_local_ranks): "
                     "they connect to dist_addr:dist_port")
         return None
+
+    def _dp_problem(self) -> str | None:
+        if self.dp_affinity_threshold < 0:
+            return f"dp_affinity_threshold must be >= 0, got {self.dp_affinity_threshold}"
+        if self.dp > 1 and self.tp_local_ranks is not None:
+            return "dp > 1 needs every tensor-parallel rank on this host (no tp_local_ranks)"
+        if self.dp_cpus.strip() in ("", "none"):
+            return None
+        try:
+            sets = self.dp_cpu_sets()
+        except ValueError:
+            sets = []
+        if len(sets) != self.dp or not all(sets):
+            return (f'dp_cpus must list {self.dp} core sets split by ";" (e.g. "0-1;2-3"), '
+                    f'"" or "none", got "{self.dp_cpus}"')
+        return None
+
+    def dp_cpu_sets(self) -> list[set[int]]:
+        """The cores ``dp_cpus`` names for each replica (``"0-1;2,3"`` -> [{0, 1}, {2, 3}])."""
+        out = []
+        for part in self.dp_cpus.split(";"):
+            cores: set[int] = set()
+            for item in filter(None, (x.strip() for x in part.split(","))):
+                lo, _, hi = item.partition("-")
+                cores.update(range(int(lo), int(hi or lo) + 1))
+            out.append(cores)
+        return out
 
     def local_ranks(self) -> tuple[int, ...]:
         """The tensor-parallel ranks this launch starts, sorted (all of 0..tp-1 by default)."""

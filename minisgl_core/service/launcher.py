@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from minisgl_core.service.rundir import make_run_dir
 from minisgl_core.service.running import Service, Worker
@@ -41,6 +41,8 @@ def start_service(config: LaunchConfig, registries: Registries, model_dir: str, 
     it is waited for, supervised and stopped like a local one."""
     from minisgl_core.service.transport_client import TransportEngineClient
 
+    if remote is not None and config.dp > 1:
+        raise LaunchError("--remote runs one role elsewhere; it does not combine with --dp")
     context = max_context(model_dir, config.max_seq_len_override)
     try:
         config = registries.with_defaults(config)
@@ -57,7 +59,9 @@ def start_service(config: LaunchConfig, registries: Registries, model_dir: str, 
     try:
         endpoints = Endpoints(tokenizer=ep("tokenizer"), scheduler=ep("scheduler"),
                               detokenizer=ep("detokenizer"), control=ep("control"),
-                              frontends={fid: ep(f"frontend.{fid}") for fid in frontend_ids})
+                              frontends={fid: ep(f"frontend.{fid}") for fid in frontend_ids},
+                              schedulers=tuple(ep(f"scheduler.dp{i}") for i in range(config.dp))
+                              if config.dp > 1 else ())
     except (ValueError, OSError) as exc:
         transport.close()
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -68,16 +72,19 @@ def start_service(config: LaunchConfig, registries: Registries, model_dir: str, 
                                           endpoints.tokenizer, fid,
                                           max_waiting=config.max_waiting_requests)
                for fid in frontend_ids}
-    config = _tp_config(config, transport)
-    ranks = config.local_ranks()
-    from minisgl_core.engine.config import threads_per_rank
-
-    threads = threads_per_rank(config.num_threads, len(ranks))
-    common = {"config": config, "endpoints": endpoints, "model_dir": model_dir,
-              "max_context": context, "plugin_modules": plugin_modules}
-    specs = [WorkerSpec(role=role, **common) for role in ("tokenizer", "detokenizer")]  # type: ignore[arg-type]
-    specs += [WorkerSpec(role="scheduler", num_threads=threads, tp_rank=rank, local_rank=i,
-                         **common) for i, rank in enumerate(ranks)]
+    try:
+        replicas = [_tp_config(config, transport) for _ in range(config.dp)]
+    except LaunchError:
+        control.close()
+        transport.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    config = replicas[0]
+    common = {"endpoints": endpoints, "model_dir": model_dir, "max_context": context,
+              "plugin_modules": plugin_modules}
+    specs = [WorkerSpec(role=role, config=config, **common)  # type: ignore[arg-type]
+             for role in ("tokenizer", "detokenizer")]
+    specs += _scheduler_specs(replicas, common)
     remote_workers = []
     if remote is not None:
         from minisgl_core.service.remote import RemoteRole
@@ -171,13 +178,52 @@ def _pending_fatal(service: Service) -> str | None:
     return None
 
 
+def _scheduler_specs(replicas: list[LaunchConfig], common: dict[str, Any]) -> list[WorkerSpec]:
+    """Every scheduler process: each replica's tensor-parallel ranks, with their cores."""
+    from minisgl_core.engine.config import threads_per_rank
+
+    config = replicas[0]
+    ranks = config.local_ranks()
+    dp = len(replicas)
+    cpus = replica_cpus(config) if dp > 1 else [()]
+    # the replicas share the host's threads (or their own cores when pinned) between ranks
+    specs = []
+    for d, cfg in enumerate(replicas):
+        total = len(cpus[d]) if cpus[d] and config.num_threads is None else (
+            threads_per_rank(config.num_threads, dp))
+        threads = threads_per_rank(total, len(ranks))
+        specs += [WorkerSpec(role="scheduler", config=cfg, num_threads=threads, tp_rank=rank,
+                             local_rank=d * len(ranks) + i, dp_rank=d if dp > 1 else None,
+                             cpus=cpus[d], **common) for i, rank in enumerate(ranks)]
+    return specs
+
+
+def replica_cpus(config: LaunchConfig) -> list[tuple[int, ...]]:
+    """Each replica's cores: ``dp_cpus`` when given, else this process's cores split in ``dp``
+    runs (a core is shared when there are fewer cores than replicas); ``none``: unpinned."""
+    if config.dp_cpus.strip() == "none" or not hasattr(os, "sched_getaffinity"):
+        return [()] * config.dp
+    if config.dp_cpus.strip():
+        return [tuple(sorted(c)) for c in config.dp_cpu_sets()]
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // config.dp)
+    return [tuple(cores[(d * share + k) % len(cores)] for k in range(share))
+            for d in range(config.dp)]
+
+
 def _tp_config(config: LaunchConfig, transport: Transport) -> LaunchConfig:
-    """Check tensor-parallel settings; pick a free dist_port when it is 0 (all ranks local)."""
+    """Check tensor-parallel (and data-parallel) settings; pick a free dist_port when it is 0
+    (all ranks local): each call, one replica's."""
+    if config.dp > 1 and not transport.multiprocess:
+        raise LaunchError(f"--dp {config.dp} needs a multi-process transport (zmq, nng), "
+                          f"not {config.transport}: each replica is a process")
     if config.tp == 1:
         return config
     if not transport.multiprocess:
         raise LaunchError(f"--tp {config.tp} needs a multi-process transport (zmq, nng), "
                           f"not {config.transport}: each rank is a process")
+    if config.dp > 1 and config.dist_port:
+        raise LaunchError("--dp with --tp picks a free dist_port per replica: leave dist_port 0")
     if config.dist_port:
         return config
     from minisgl_core.service.ports import free_port

@@ -62,8 +62,10 @@ class Service:
 
     def send_shutdown(self) -> None:
         """Ask every live worker to leave its loop (bounded: a push to a dead peer would block)."""
-        inbox = {"tokenizer": self.endpoints.tokenizer, "scheduler": self.endpoints.scheduler,
-                 "detokenizer": self.endpoints.detokenizer}
+        ep = self.endpoints
+        inbox = {"tokenizer": ep.tokenizer, "scheduler": ep.scheduler,
+                 "detokenizer": ep.detokenizer}
+        inbox.update({f"scheduler-dp{i}": addr for i, addr in enumerate(ep.schedulers)})
         # tensor-parallel followers have no inbox: rank 0 stops them when it leaves its loop
         targets = [inbox[w.name] for w in self.workers if w.alive() and w.name in inbox]
 

@@ -37,8 +37,9 @@ class SchedulerLoop:
     here."""
 
     def __init__(self, scheduler: Scheduler, inbox: Receiver, outbox: Sender,
-                 report: Callable[[Message], None]) -> None:
+                 report: Callable[[Message], None], *, dp_rank: int | None = None) -> None:
         self.scheduler = scheduler
+        self.dp_rank = dp_rank  # this replica's index under --dp N (None: the only one)
         self.inbox = inbox
         self.outbox = outbox
         self.report = report
@@ -47,6 +48,7 @@ class SchedulerLoop:
         self.tombstones: OrderedDict[str, None] = OrderedDict()
         self.pending: list[TokenDelta] = []
         self.prompt_tokens_total = 0
+        self.received_total = 0  # requests that reached this loop (the dispatcher counts on it)
         self.generation_tokens_total = 0
         self.finished_total: dict[str, int] = {}
         self.steps_total = 0
@@ -100,6 +102,7 @@ class SchedulerLoop:
         self._stats_dirty = True
         match msg:
             case TokenizedRequest():
+                self.received_total += 1
                 self._add(msg)
             case Abort():
                 self._abort(msg.request_id)
@@ -202,7 +205,8 @@ class SchedulerLoop:
         }
         if getattr(s, "page_size", None):  # tokens per page, for the routers' cache_config_info
             gauges["kv_page_size"] = float(s.page_size)
-        counters = {"scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
+        counters = {"scheduler_requests_received_total": float(self.received_total),
+                    "scheduler_prompt_tokens_total": float(self.prompt_tokens_total),
                     "scheduler_generation_tokens_total": float(self.generation_tokens_total),
                     "scheduler_steps_total": float(self.steps_total),
                     "prefix_cache_hit_tokens_total": float(s.cache_hit_tokens),
@@ -211,7 +215,8 @@ class SchedulerLoop:
                     "spec_accepted_tokens_total": float(getattr(s, "spec_accepted_tokens", 0))}
         counters.update({f"scheduler_finished_{k}_total": float(v)
                          for k, v in self.finished_total.items()})
-        return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters)
+        return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters,
+                     dp_rank=self.dp_rank)
 
 
 def _error_info(refused: object) -> ErrorInfo:

@@ -25,6 +25,11 @@ class Endpoints:
     detokenizer: str
     control: str
     frontends: dict[str, str] = field(default_factory=dict)  # frontend id -> its inbound channel
+    schedulers: tuple[str, ...] = ()  # each replica's inbox under --dp N (empty: ``scheduler``)
+
+    def scheduler_inbox(self, dp_rank: int) -> str:
+        """The inbox of scheduler replica ``dp_rank``."""
+        return self.schedulers[dp_rank] if self.schedulers else self.scheduler
 
 
 @dataclass(frozen=True)
@@ -41,11 +46,15 @@ class WorkerSpec:
     tp_rank: int = 0  # the scheduler's tensor-parallel rank; ranks > 0 only follow rank 0
     local_rank: int = 0  # its index among this host's ranks (picks cuda:<local_rank>)
     connect_inbox: bool = False  # a remote worker connects to the launcher's relay (remote.py)
+    dp_rank: int | None = None  # the scheduler replica it belongs to under --dp N
+    cpus: tuple[int, ...] = ()  # cores the process is pinned to (empty: not pinned)
 
     @property
     def name(self) -> str:
-        """The process name: the role, with the rank for tensor-parallel followers."""
-        return self.role if self.tp_rank == 0 else f"{self.role}-rank{self.tp_rank}"
+        """The process name: the role, with the replica (``-dp1``) and the tensor-parallel rank
+        of a follower (``-rank1``)."""
+        name = self.role if self.dp_rank is None else f"{self.role}-dp{self.dp_rank}"
+        return name if self.tp_rank == 0 else f"{name}-rank{self.tp_rank}"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from minisgl_core.interfaces import (
     TokenizerCalls,
 )
 from minisgl_core.rejection import RequestRejected
+from minisgl_core.service.dispatch import Dispatcher
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import (
     Abort,
@@ -60,7 +61,7 @@ def _received(inbox: Receiver, decode: Callable[[bytes], Any], who: str,
         yield data, msg
 
 
-def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
+def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender | Dispatcher,
                   report: Callable[[Message], None] = lambda msg: None,
                   frontends: Mapping[str, Sender] | None = None) -> None:
     """Tokenize requests and forward aborts on the same path, in arrival order; answer the
@@ -68,8 +69,10 @@ def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
 
     Reports how many requests it has passed on (``tokenizer_requests_total``): at most every
     STATS_INTERVAL_S while busy, and once more as soon as it is idle, so the last of a burst
-    is always counted.
+    is always counted. ``outbox`` is the scheduler's channel, or a Dispatcher over the
+    replicas' (``--dp N``), which the replicas' Stats reach here to keep up to date.
     """
+    dispatch = outbox if isinstance(outbox, Dispatcher) else Dispatcher([outbox])
     forwarded, reported = 0, -1  # -1: the first report (0) goes out once idle
     last_report = 0.0
 
@@ -81,7 +84,7 @@ def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
             data, msg = item
             match msg:
                 case GenerateRequest():
-                    outbox.send(codec.encode(role.tokenize(msg)))
+                    dispatch.send_request(role.tokenize(msg))
                     forwarded += 1
                 case TokenizeCall() | DetokenizeCall():
                     reply = answer_call(role, msg)
@@ -91,7 +94,9 @@ def run_tokenizer(role: Tokenizer, inbox: Receiver, outbox: Sender,
                     else:
                         sender.send(codec.encode(reply))
                 case Abort():
-                    outbox.send(data)
+                    dispatch.send_abort(msg.request_id, data)
+                case Stats():
+                    dispatch.update(msg)
                 case Shutdown():
                     return
         now = time.monotonic()

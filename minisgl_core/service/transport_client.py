@@ -34,6 +34,20 @@ log = logging.getLogger(__name__)
 
 
 ENGINE_FACTS = ("dtype", "dtype_reason", "quantization", "kernels")  # Ready keys shown as meta
+NOT_SUMMED = {"kv_page_size": max, "scheduler_batch_peak": max}  # over replicas
+
+
+def replica_metrics(replicas: Mapping[int, Mapping[str, float]]) -> dict[str, float]:
+    """The replicas' reports under ``--dp N``: each value as ``name{dp_rank="i"}``, and the
+    total over replicas as ``name`` (a sum; the largest for the keys of NOT_SUMMED)."""
+    out: dict[str, float] = {}
+    for rank in sorted(replicas):
+        for key, value in replicas[rank].items():
+            out[f'{key}{{dp_rank="{rank}"}}'] = value
+            combine = NOT_SUMMED.get(key)
+            out[key] = value if key not in out else (
+                combine(out[key], value) if combine else out[key] + value)
+    return out
 
 
 class TransportEngineClient:
@@ -62,6 +76,7 @@ class TransportEngineClient:
         self._down_reason = "the engine is starting"
         self._reports: dict[str, dict[str, float]] = {}  # process -> its latest Stats, whole
         self._metrics: dict[str, float] = {}  # every process's latest report, merged
+        self._replicas: dict[int, dict[str, float]] = {}  # --dp N: each replica's latest report
         self.model_name_value = "default"
         self.max_context_value = 0
         # what the engine runs in (dtype and why, quantization, kernels), from its Ready
@@ -175,10 +190,15 @@ class TransportEngineClient:
         between steps), and ``metrics()`` hands out a copy made here, so a reader never sees
         one report's running requests beside another's pages.
         """
-        self._reports[stats.process] = {**stats.gauges, **stats.counters}
+        values = {**stats.gauges, **stats.counters}
+        if stats.dp_rank is not None:
+            self._replicas[stats.dp_rank] = values
+        else:
+            self._reports[stats.process] = values
         merged: dict[str, float] = {}
         for values in self._reports.values():
             merged.update(values)
+        merged.update(replica_metrics(self._replicas))
         self._metrics = merged
 
     def fail_all(self, reason: str) -> None:

@@ -8,14 +8,15 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.wire import codec
-from minisgl_core.wire.schema import Fatal, Message, Ready
+from minisgl_core.wire.schema import Fatal, Message, Ready, Stats
 
 if TYPE_CHECKING:
-    from minisgl_core.interfaces import Transport
+    from minisgl_core.interfaces import Sender, Transport
     from minisgl_core.plugin.manager import MinisglPluginManager
     from minisgl_core.plugin.registry import Registries
 
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 def worker_main(spec: WorkerSpec) -> None:
     """Entry point of a spawned worker: rebuild plugins, open the transport, run the role."""
     die_with_parent()
+    if spec.cpus and hasattr(os, "sched_setaffinity"):  # before torch sizes its thread pool
+        os.sched_setaffinity(0, spec.cpus)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher leads shutdown
     _set_title(f"minisgl::{spec.name}")
     logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
@@ -82,6 +85,7 @@ def run_role(spec: WorkerSpec, registries: Registries, transport: Transport,
 
 
 def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report: Any) -> None:
+    from minisgl_core.service.dispatch import Dispatcher
     from minisgl_core.service.scheduler_loop import SchedulerLoop
     from minisgl_core.service.text_loops import run_detokenizer, run_tokenizer
 
@@ -93,7 +97,12 @@ def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report:
     ready = Ready(process=spec.name, pid=os.getpid())
     bind = not spec.connect_inbox
     if spec.role == "tokenizer":
-        inbox, outbox = transport.pull(ep.tokenizer, bind=bind), transport.push(ep.scheduler)
+        inbox = transport.pull(ep.tokenizer, bind=bind)
+        cfg = spec.config
+        outbox = Dispatcher([transport.push(a) for a in ep.schedulers or (ep.scheduler,)],
+                            policy=getattr(cfg, "dp_policy", "cache_aware"),
+                            threshold=getattr(cfg, "dp_affinity_threshold", 4),
+                            page_size=cfg.page_size)
         replies = {fid: transport.push(addr) for fid, addr in ep.frontends.items()}
         report(ready)
         run_tokenizer(role, inbox, outbox, report, replies)
@@ -106,14 +115,28 @@ def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report:
         report(ready)
         role.follow()
     else:
-        inbox, outbox = transport.pull(ep.scheduler, bind=bind), transport.push(ep.detokenizer)
-        loop = SchedulerLoop(role, inbox, outbox, report)
+        inbox = transport.pull(ep.scheduler_inbox(spec.dp_rank or 0), bind=bind)
+        outbox = transport.push(ep.detokenizer)
+        if spec.dp_rank is not None:  # the tokenizer dispatches by the replicas' reports too
+            report = _also_to(transport.push(ep.tokenizer), report)
+        loop = SchedulerLoop(role, inbox, outbox, report, dp_rank=spec.dp_rank)
         report(Ready(process=spec.name, pid=os.getpid(), info=dict(role.info())))
         report(loop.stats())
         loop.run()
     # after a clean exit only (tensor parallelism: rank 0 stops the follower ranks here); after
     # a failure the group may be broken, and the process exit releases everything anyway
     role.close()
+
+
+def _also_to(tokenizer: Sender, report: Callable[[Message], None]
+             ) -> Callable[[Message], None]:
+    """``report``, which also sends each Stats to the tokenizer (its dispatcher reads them)."""
+    def both(msg: Message) -> None:
+        report(msg)
+        if isinstance(msg, Stats):
+            tokenizer.send(codec.encode(msg))
+
+    return both
 
 
 def die_with_parent() -> None:

@@ -115,20 +115,33 @@ class RunningService:
 
     @contextmanager
     def paused(self, role: str) -> Iterator[psutil.Process]:
-        """Freeze one worker with SIGSTOP for the block (SIGCONT after, if it still lives).
+        """Freeze one worker with SIGSTOP for the block (SIGCONT after, if it still lives);
+        "scheduler" under ``--dp N`` freezes every replica (and yields the first).
 
         Messages sent to a frozen worker wait in its sockets, so a test can line requests up
         at it whatever the speed of the engine or of the client.
         """
         import psutil
 
-        proc = self.workers()[role]
-        proc.suspend()
+        procs = self.replicas(role)
+        for proc in procs:
+            proc.suspend()
         try:
-            yield proc
+            yield procs[0]
         finally:
-            with suppress(psutil.Error):  # killed inside the block: nothing to resume
-                proc.resume()
+            for proc in procs:
+                with suppress(psutil.Error):  # killed inside the block: nothing to resume
+                    proc.resume()
+
+    def replicas(self, role: str) -> list[psutil.Process]:
+        """The worker of ``role``, or its replicas under ``--dp N`` (``scheduler-dp0`` ...)."""
+        workers = self.workers()
+        if role in workers:
+            return [workers[role]]
+        found = [p for name, p in sorted(workers.items()) if name.startswith(f"{role}-dp")]
+        if not found:
+            raise KeyError(role)
+        return found
 
     def leftover_workers(self, timeout: float = 30.0) -> list[int]:
         """Worker pids still alive after the launcher ended (should be none)."""

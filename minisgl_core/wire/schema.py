@@ -231,9 +231,11 @@ class Stats(msgspec.Struct, frozen=True, tag="stats"):
     # finished request latencies for histograms: time to first token and per output token
     ttft_seconds: tuple[float, ...] = ()
     tpot_seconds: tuple[float, ...] = ()
+    dp_rank: int | None = None  # the scheduler replica it comes from, when there are several
 
 
-TokenizerInbound = GenerateRequest | TokenizeCall | DetokenizeCall | Abort | Shutdown
+# Stats: under --dp, each scheduler replica's load, for the tokenizer's dispatch
+TokenizerInbound = GenerateRequest | TokenizeCall | DetokenizeCall | Abort | Shutdown | Stats
 SchedulerInbound = TokenizedRequest | Abort | Shutdown
 DetokenizerInbound = TokenBatch | Shutdown
 FrontendInbound = TextBatch | TokenizerReply | Shutdown

@@ -43,7 +43,7 @@ def launch_variant(request: pytest.FixtureRequest, tiny_model: str,
     """``with launch_variant("zmq") as svc:`` a service of the tiny model over one transport;
     "zmq+tcp" (or "nng+tcp") puts it on tcp endpoints with ``tcp_keys``, and keyword arguments
     set more keys of that transport's table; "zmq+remote" is "zmq+tcp" whose scheduler is a
-    `minisgl worker` in a process group of its own."""
+    `minisgl worker` in a process group of its own; "zmq+dp2" runs two scheduler replicas."""
 
     @contextmanager
     def start(variant: str, *args: str, **options: Any) -> Iterator[RunningService]:
@@ -56,6 +56,8 @@ def launch_variant(request: pytest.FixtureRequest, tiny_model: str,
                                 transport=name) as remote:
                 yield remote.svc
             return
+        if endpoints.startswith("dp"):  # "zmq+dp2": ipc endpoints, --dp 2
+            endpoints, args = "", ("--dp", endpoints[2:], *args)
         table = {"endpoints": endpoints, "keys": request.getfixturevalue("tcp_keys"),
                  **options} if endpoints else options
         sets = [arg for key, value in table.items()

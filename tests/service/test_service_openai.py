@@ -18,10 +18,12 @@ from openai import OpenAI
 from minisgl_core.testing.service import RunningService
 
 
-@pytest.fixture(scope="module", params=["zmq", "nng", "zmq+tcp", "nng+tcp", "zmq+remote"])
+@pytest.fixture(scope="module",
+                params=["zmq", "nng", "zmq+tcp", "nng+tcp", "zmq+remote", "zmq+dp2"])
 def service(request: pytest.FixtureRequest, launch_variant: Any) -> Iterator[RunningService]:
-    """The conftest's service, over ipc and over tcp + keys (CURVE for zmq, TLS for nng), and
-    with its scheduler a separate `minisgl worker` process (zmq + CURVE)."""
+    """The conftest's service, over ipc and over tcp + keys (CURVE for zmq, TLS for nng), with
+    its scheduler a separate `minisgl worker` process (zmq + CURVE), and with two scheduler
+    replicas (--dp 2)."""
     with launch_variant(request.param) as svc:
         yield svc
 
@@ -38,11 +40,20 @@ def assert_idle(service: RunningService) -> None:
     service.wait_metrics(_idle, what="the service idle, every page free")
 
 
+def per_replica(m: dict[str, float], name: str) -> list[float]:
+    """``name`` of each scheduler replica (``{dp_rank="i"}`` under --dp), or the one value."""
+    labelled = [v for k, v in sorted(m.items()) if k.startswith(name + '{dp_rank="')]
+    return labelled or [m[name]]
+
+
 def test_workers_are_named_processes(service: RunningService) -> None:
     import psutil
 
     titles = sorted(" ".join(psutil.Process(p).cmdline()).strip() for p in service.worker_pids)
-    assert titles == ["minisgl::detokenizer", "minisgl::scheduler", "minisgl::tokenizer"]
+    dp = len(per_replica(service.metrics(), "minisgl_requests_running"))
+    schedulers = ["minisgl::scheduler"] if dp == 1 else [
+        f"minisgl::scheduler-dp{i}" for i in range(dp)]
+    assert titles == ["minisgl::detokenizer", *schedulers, "minisgl::tokenizer"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc (Linux)")
@@ -53,7 +64,8 @@ def test_text_workers_do_not_load_torch(service: RunningService) -> None:
     maps = {" ".join(psutil.Process(p).cmdline()).strip(): (
         Path(f"/proc/{p}/maps").read_text(), psutil.Process(p).memory_info().rss)
         for p in service.worker_pids}
-    assert "libtorch" in maps["minisgl::scheduler"][0]  # the check sees torch where it is
+    scheduler = next(name for name in maps if name.startswith("minisgl::scheduler"))
+    assert "libtorch" in maps[scheduler][0]  # the check sees torch where it is
     for name in ("minisgl::tokenizer", "minisgl::detokenizer"):
         text, rss = maps[name]
         assert "libtorch" not in text, name
@@ -97,7 +109,7 @@ def test_stream_equals_non_stream(service: RunningService) -> None:
 def test_concurrent_requests_share_batches(service: RunningService) -> None:
     client = OpenAI(base_url=f"{service.url}/v1", api_key="none")
     model = service.model_name()
-    steps_before = service.metrics()["minisgl_scheduler_steps_total"]
+    steps_before = per_replica(service.metrics(), "minisgl_scheduler_steps_total")
 
     def ask(i: int) -> int:
         r = client.chat.completions.create(
@@ -116,9 +128,11 @@ def test_concurrent_requests_share_batches(service: RunningService) -> None:
             service.wait_metrics(lambda m: m["minisgl_tokenizer_requests_total"] >= passed_on + 8,
                                  what="8 requests passed on to the scheduler")
         assert list(answers) == [256] * 8
-    steps = service.metrics()["minisgl_scheduler_steps_total"] - steps_before
+    steps = max(after - before for after, before in zip(
+        per_replica(service.metrics(), "minisgl_scheduler_steps_total"), steps_before,
+        strict=True))
     # alone, one request takes 256 steps; 8 one after another would take 2048, and batched
-    # ~256 plus the few steps it may take the stragglers to be admitted
+    # ~256 plus the few steps it may take the stragglers to be admitted (on each replica)
     assert steps < 384, f"8 concurrent requests took {steps} engine steps: they were not batched"
     assert service.metrics()["minisgl_scheduler_batch_peak"] >= 2
     assert_idle(service)
@@ -129,7 +143,7 @@ def test_stream_disconnect_frees_pages(service: RunningService) -> None:
             "messages": [{"role": "user", "content": "go"}], "ignore_eos": True}
     aborted = 'minisgl_requests_finished_total{reason="abort"}'
     finished = 'minisgl_requests_finished_total{reason="length"}'
-    scheduler = service.workers()["scheduler"]  # found now: freezing it must be immediate
+    schedulers = service.replicas("scheduler")  # found now: freezing them must be immediate
     # 400 tokens take the tiny model about a second; frozen at the stream's first chunk, the
     # scheduler still holds the request's pages when the disconnect reaches it. On a loaded
     # host it can win the race and finish first: that try ends "length", and another is made.
@@ -140,13 +154,15 @@ def test_stream_disconnect_frees_pages(service: RunningService) -> None:
             assert resp.status_code == 200
             lines = resp.iter_lines()
             assert next(line for line in lines if line.startswith("data: "))  # the role chunk
-            scheduler.suspend()
+            for scheduler in schedulers:
+                scheduler.suspend()
             try:
                 resp.close()
                 service.wait_metrics(lambda m: m["minisgl_frontend_requests_inflight"] == 0,
                                      what="the frontend to drop the closed stream")
             finally:
-                scheduler.resume()
+                for scheduler in schedulers:
+                    scheduler.resume()
         assert_idle(service)
         after = service.metrics()
         if after[aborted] == before[aborted] + 1:

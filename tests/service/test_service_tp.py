@@ -1,5 +1,6 @@
-"""`--tp 2` through the OpenAI frontend: the same greedy tokens as `--tp 1`, a rank started
-separately with `minisgl tp-worker` (the multi-host path, on 127.0.0.1), clear failures."""
+"""`--tp 2` through the OpenAI frontend: the same greedy tokens as `--tp 1` (and `--dp 2 --tp 2`),
+a rank started separately with `minisgl tp-worker` (the multi-host path, on 127.0.0.1), clear
+failures."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from openai import OpenAI
 
@@ -73,6 +75,30 @@ def test_tp2_equals_tp1_and_a_dead_rank_stops_the_service(
         assert "minisgl::scheduler-rank1" in svc.log()
     finally:
         svc.stop()
+        assert not svc.leftover_workers(), svc.log()[-2000:]
+
+
+def test_dp2_tp2_equals_dp1_tp1(qwen2_model: str, reference: list[object],
+                               tmp_path: Path) -> None:
+    """Two replicas of two ranks each: the same greedy tokens as one engine, both replicas
+    used."""
+    import psutil
+
+    from minisgl_core.testing.service import parse_metrics
+
+    svc = launch_service(qwen2_model, args=[*ARGS, "--dp", "2", "--tp", "2"], log_dir=tmp_path)
+    try:
+        titles = sorted(" ".join(psutil.Process(p).cmdline()).strip() for p in svc.worker_pids)
+        assert titles == ["minisgl::detokenizer", "minisgl::scheduler-dp0",
+                          "minisgl::scheduler-dp0-rank1", "minisgl::scheduler-dp1",
+                          "minisgl::scheduler-dp1-rank1", "minisgl::tokenizer"]
+        assert answers(svc) == reference
+        m = parse_metrics(httpx.get(f"{svc.url}/metrics", timeout=30).text)
+        received = [m[f'minisgl_scheduler_requests_received_total{{dp_rank="{i}"}}']
+                    for i in range(2)]
+        assert all(n > 0 for n in received), received
+    finally:
+        assert svc.stop() == 0
         assert not svc.leftover_workers(), svc.log()[-2000:]
 
 

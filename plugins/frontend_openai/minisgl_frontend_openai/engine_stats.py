@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from minisgl_frontend_openai.metrics import FrontendMetrics
+from minisgl_frontend_openai.router_routes import replicas
 
 HORIZON_S = 300.0  # how far back the charts look
 MIN_INTERVAL_S = 0.5
@@ -123,6 +124,24 @@ def current(engine: Mapping[str, float], frontend: FrontendMetrics) -> dict[str,
         "spec_draft_tokens_total": _num(engine.get("spec_draft_tokens_total")),
         "spec_accepted_tokens_total": _num(engine.get("spec_accepted_tokens_total")),
     }
+
+
+def replica_rows(engine: Mapping[str, float]) -> list[dict[str, float | None]]:
+    """Each scheduler replica's gauges for the dashboard's table under ``--dp N`` (none for one
+    scheduler): requests, KV pages in use, and its prefix-cache hit rate since start."""
+    rows = replicas(engine)
+    if len(rows) < 2:
+        return []
+    out: list[dict[str, float | None]] = []
+    for rank, r in enumerate(rows):
+        total, prompt = _num(r.get("kv_pages_total")), _num(r.get("scheduler_prompt_tokens_total"))
+        out.append({"dp_rank": rank, "running": _num(r.get("requests_running")),
+                    "waiting": _num(r.get("requests_waiting")), "kv_total": total,
+                    "kv_used": max(total - _num(r.get("kv_pages_free")), 0.0),
+                    "requests_total": _num(r.get("scheduler_requests_received_total")),
+                    "hit_rate_total": min(_num(r.get("prefix_cache_hit_tokens_total")) / prompt,
+                                          1.0) if prompt > 0 else None})
+    return out
 
 
 def _num(value: float | None) -> float:

@@ -1,5 +1,6 @@
 """/metrics in the Prometheus text format: worker gauges plus counters and latency histograms
-measured by this frontend for every request it served."""
+measured by this frontend for every request it served. Under ``--dp N`` each engine series also
+has one sample per scheduler replica, labelled ``dp_rank``, beside the unlabelled total."""
 
 from __future__ import annotations
 
@@ -80,17 +81,20 @@ class FrontendMetrics:
     def render(self, engine: Mapping[str, float]) -> str:
         """The whole exposition: engine gauges first, then this frontend's own series."""
         out: list[str] = []
+        labelled = _by_base(engine)
         for key, help_text in ENGINE_GAUGES.items():
             _family(out, f"minisgl_{key}", "gauge", help_text,
-                    [f"minisgl_{key} {_fmt(engine.get(key, math.nan))}"])
+                    [f"minisgl_{key} {_fmt(engine.get(key, math.nan))}",
+                     *(f"minisgl_{key}{labels} {_fmt(v)}" for labels, v in labelled.get(key, ()))])
         fleet_gauges(out, engine, sglang_names=self.sglang_names)
         for key in sorted(engine):
             name = "minisgl_" + re.sub(r"[^a-zA-Z0-9_]", "_", key.removeprefix("minisgl_"))
-            if key in ENGINE_GAUGES or name in _OWNED:
+            if key in ENGINE_GAUGES or name in _OWNED or "{" in key:
                 continue
             kind = "counter" if name.endswith("_total") else "gauge"
             _family(out, name, kind, f"Reported by the engine workers ({key}).",
-                    [f"{name} {_fmt(engine[key])}"])
+                    [f"{name} {_fmt(engine[key])}",
+                     *(f"{name}{labels} {_fmt(v)}" for labels, v in labelled.get(key, ()))])
         _family(out, "minisgl_prompt_tokens_total", "counter", "Prompt tokens of served requests.",
                 [f"minisgl_prompt_tokens_total {self.prompt_tokens}"])
         _family(out, "minisgl_generation_tokens_total", "counter",
@@ -144,6 +148,16 @@ def fleet_gauges(out: list[str], engine: Mapping[str, float], *, sglang_names: b
         _family(out, "sglang:token_usage", "gauge",
                 "KV cache usage, 0-1 (SGLang's name; equals vllm:kv_cache_usage_perc).",
                 [f"sglang:token_usage {_fmt(usage)}"])
+
+
+def _by_base(engine: Mapping[str, float]) -> dict[str, list[tuple[str, float]]]:
+    """The labelled values (``name{dp_rank="1"}``: one scheduler replica's) by their name."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for key, value in engine.items():
+        base, brace, labels = key.partition("{")
+        if brace:
+            out.setdefault(base, []).append(("{" + labels, value))
+    return out
 
 
 def _family(out: list[str], name: str, kind: str, help_text: str, samples: list[str]) -> None:

@@ -1,7 +1,7 @@
 """GET /get_load, /server_info and /model_info: what sgl-model-gateway (``sglang-router``) reads.
 
 The shapes follow SGLang's own server, so the router needs no special case for minisgl:
-``/get_load`` is a JSON array with one entry per data-parallel rank (one today), each with
+``/get_load`` is a JSON array with one entry per data-parallel rank (``--dp N``: N), each with
 ``dp_rank``, ``num_reqs``, ``num_waiting_reqs`` and ``num_tokens`` (KV tokens held by requests);
 ``/server_info`` (and its older name ``/get_server_info``) names the model and the limits;
 ``/model_info`` (``/get_model_info``) the model path and that it generates. docs/scale-out.md
@@ -32,11 +32,27 @@ def kv_tokens_used(engine: Mapping[str, float]) -> int:
     return int(used_pages * max(_num(engine, "kv_page_size"), 1.0))
 
 
+def replicas(engine: Mapping[str, float]) -> list[dict[str, float]]:
+    """Each scheduler replica's values (``name{dp_rank="i"}`` under --dp N), by dp_rank; the
+    totals as the one replica when there are no labelled values."""
+    ranks: dict[int, dict[str, float]] = {}
+    for key, value in engine.items():
+        base, _, label = key.partition('{dp_rank="')
+        if label:
+            ranks.setdefault(int(label.split('"')[0]), {})[base] = value
+    return [ranks[r] for r in sorted(ranks)] or [dict(engine)]
+
+
 def load_entries(engine: Mapping[str, float]) -> list[dict[str, int]]:
     """The /get_load body: one entry per data-parallel rank of this service."""
-    running, waiting = int(_num(engine, "requests_running")), int(_num(engine, "requests_waiting"))
-    return [{"dp_rank": 0, "num_reqs": running + waiting, "num_waiting_reqs": waiting,
-             "num_tokens": kv_tokens_used(engine)}]
+    out = []
+    page_size = engine.get("kv_page_size", math.nan)
+    for rank, values in enumerate(replicas(engine)):
+        running = int(_num(values, "requests_running"))
+        waiting = int(_num(values, "requests_waiting"))
+        out.append({"dp_rank": rank, "num_reqs": running + waiting, "num_waiting_reqs": waiting,
+                    "num_tokens": kv_tokens_used({**values, "kv_page_size": page_size})})
+    return out
 
 
 def _engine(request: Request) -> dict[str, float]:
@@ -58,7 +74,7 @@ async def server_info(request: Request) -> Response:
     name = ctx.served_names()[0]
     return JSONResponse({
         "model_id": name, "model_path": request.app.state.model_path or ctx.client.model_name,
-        "served_model_name": name, "dp_size": 1, "version": __version__,
+        "served_model_name": name, "dp_size": len(replicas(engine)), "version": __version__,
         "max_total_tokens": int(_num(engine, "kv_pages_total")) * page_size,
         "context_length": ctx.client.max_context, "page_size": page_size})
 

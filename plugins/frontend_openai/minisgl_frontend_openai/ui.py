@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from minisgl_core.api import EngineClient, __version__
-from minisgl_frontend_openai.engine_stats import StatsHistory, current
+from minisgl_frontend_openai.engine_stats import StatsHistory, current, replica_rows
 from minisgl_frontend_openai.errors import bad_request
 from minisgl_frontend_openai.metrics import FrontendMetrics
 
@@ -56,7 +56,7 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
         "version": __version__,
         "transport": getattr(config, "transport", None),
         "frontends": list(getattr(config, "frontends", None) or ("openai",)),  # None: us alone
-        "tp": getattr(config, "tp", 1),
+        "tp": getattr(config, "tp", 1), "dp": getattr(config, "dp", 1),
         "dtype": getattr(config, "dtype", None), "device": getattr(config, "device", None),
         "cache": getattr(config, "cache", None),
     }
@@ -99,6 +99,7 @@ def add_ui(app: FastAPI, client: EngineClient, config: Any) -> None:
         body = msgspec.json.encode({"time": now, "model": client.model_name,
                                     "healthy": client.healthy(),
                                     "current": current(engine, metrics),
+                                    "replicas": replica_rows(engine),
                                     "samples": history.since(since)})
         return Response(body, media_type="application/json")
 

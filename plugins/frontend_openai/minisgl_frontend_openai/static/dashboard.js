@@ -53,6 +53,24 @@
       ? Math.round(current.spec_accepted_tokens_total / drafted * 100) + "%" : "-";
   }
 
+  // under --dp N, one row per scheduler replica (the table stays hidden for one scheduler)
+  function replicaTable(rows) {
+    $("replicas-wrap").hidden = !rows || rows.length === 0;
+    const body = $("replicas").querySelector("tbody");
+    body.replaceChildren();
+    for (const r of rows || []) {
+      const tr = document.createElement("tr");
+      const hit = r.hit_rate_total === null ? "-" : Math.round(r.hit_rate_total * 100) + "%";
+      for (const v of [r.dp_rank, fmt(r.running, 0), fmt(r.waiting, 0),
+                       fmt(r.kv_used, 0) + " / " + fmt(r.kv_total, 0), fmt(r.requests_total, 0), hit]) {
+        const td = document.createElement("td");
+        td.textContent = String(v);
+        tr.append(td);
+      }
+      body.append(tr);
+    }
+  }
+
   async function tick() {
     if (inFlight) return;
     inFlight = true;
@@ -62,6 +80,7 @@
       if (samples.length) since = samples[samples.length - 1].t;
       while (samples.length && samples[0].t < data.time - WINDOW_S) samples.shift();
       tiles(samples[samples.length - 1], data.current);
+      replicaTable(data.replicas);
       draw(data.time);
       $("dash-status").textContent = data.healthy ? "" : "The engine is not ready or not running.";
       if (!infoShown) await showInfo();
@@ -78,7 +97,7 @@
     const rows = [
       ["model", info.model], ["max context", info.max_context + " tokens"],
       ["transport", info.transport], ["frontends", (info.frontends || []).join(", ")],
-      ["tensor parallel", info.tp], ["quantization", info.quantization],
+      ["tensor parallel", info.tp], ["data parallel", info.dp], ["quantization", info.quantization],
       ["dtype", info.dtype_reason ? info.dtype + " (" + info.dtype_reason + ")" : info.dtype],
       ["device", info.device], ["prefix cache", info.cache],
       ["minisgl", info.version],
