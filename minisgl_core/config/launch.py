@@ -23,7 +23,7 @@ from minisgl_core.did_you_mean import suggest
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
-QUANTIZATIONS = ("int8",)
+QUANTIZATIONS = ("int8", "int8-wo", "int4")
 SPECULATIVE = ("ngram",)
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # file/-s key of each free-form table -> the LaunchConfig field holding it
@@ -66,7 +66,7 @@ class LaunchConfig:
     dist_addr: str = "127.0.0.1"  # where rank 0 hosts the tensor-parallel group
     dist_port: int = 0  # its port; 0 = a free one (only when every rank is local)
     cache: str = "radix"
-    quantization: str | None = None  # "int8": int8 weights and inputs (docs/benchmarks.md)
+    quantization: str | None = None  # int8, int8-wo or int4 (docs/benchmarks.md)
     speculative: str | None = None  # "ngram": prompt-lookup speculation (docs/speculative.md)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
