@@ -165,7 +165,8 @@ def test_tiny_model_generates_and_int8_wo_follows_fp32(tiny_models, fp32_tokens,
     model = resolve(str(tiny_models["llama"]))
     engine = Engine(EngineConfig(model=model.path, num_threads=1, quantization=scheme),
                     model.model_class)
-    assert engine.model.describe()["quantization"] == scheme
+    facts = engine.info()  # what /v1/models meta, the dashboard and bench offline show
+    assert facts["quantization"] == scheme and f"down: 1 {scheme}" in facts["kernels"]
     layer = engine.model.layers[0]
     assert layer.down.kernels[0].quantized == scheme
     assert layer.qkv.kernels[0].quantized is None  # kept in the engine's dtype (FP32_ROLES)
