@@ -24,7 +24,7 @@ import torch
 
 from minisgl_core.engine import native
 from minisgl_core.engine.linear import Kernel
-from minisgl_core.engine.quant import quantize_weight
+from minisgl_core.engine.quant import _add, quantize_weight
 
 log = logging.getLogger(__name__)
 GROUP = 32  # inputs per int4 group (fixed in wo_matmul.c)
@@ -85,13 +85,6 @@ def dequantize_int8(w: Int8Weight, rows: slice = slice(None),
                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The weight ``[out, in]`` (or its ``rows``) that ``w`` stands for, in ``dtype``."""
     return w.q[rows].to(dtype) * w.scale[rows, None].to(dtype)
-
-
-def _add(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None
-         ) -> torch.Tensor:
-    if bias is not None:
-        y = y.add_(bias)
-    return y if residual is None else y.add_(residual)
 
 
 def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None = None
