@@ -43,7 +43,7 @@ class Ceilings:
 class ModelCost:
     """What one decode token costs a model: weight bytes read (batch 1) and matmul ops."""
 
-    weight_bytes: int  # of every matmul weight, as stored (int8 or fp32)
+    weight_bytes: int  # of every matmul weight, as stored (int4, int8, bf16 or fp32)
     fp32_params: int  # matmul parameters run in fp32
     int8_params: int  # matmul parameters run in int8
 
@@ -68,7 +68,7 @@ def model_cost(model: Any) -> ModelCost:
     for lin in linears:
         params = lin.in_features * lin.out_features
         size += lin.nbytes()
-        if lin.kernels[0].quantized:
+        if lin.kernels[0].quantized == "int8":  # weight-only kernels compute in fp32
             int8 += params
         else:
             fp32 += params

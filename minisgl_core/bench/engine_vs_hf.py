@@ -120,7 +120,8 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     path = Path(resolved.path)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     split = f", tensor-parallel over {tp} ranks" if tp > 1 else ""
-    modes = [(d, q) for d in dtypes for q in quantization]
+    # int8 (W8A8) takes fp32 activations only: not paired with another dtype
+    modes = [(d, q) for d in dtypes for q in quantization if q != "int8" or d == "float32"]
     systems = ", ".join(_label(d, q) for d, q in modes)
     say(f"model {path.name}, engine {systems} vs transformers fp32, {threads} threads{split}, "
         f"{max_tokens} new tokens per prompt, best of {repeat}")

@@ -15,8 +15,8 @@ def _quantizations(values: list[str]) -> list[str | None]:
     """``--quantization`` values as the engine takes them: fp32 (or none) is None."""
     chosen: list[str | None] = []
     for q in values:
-        if q not in ("fp32", "none", "int8"):
-            raise fail(f'--quantization must be fp32 or int8, got "{q}"')
+        if q not in ("fp32", "none", "int8", "int8-wo", "int4"):
+            raise fail(f'--quantization must be fp32, int8, int8-wo or int4, got "{q}"')
         chosen.append(None if q in ("fp32", "none") else q)
     return chosen
 
@@ -60,7 +60,8 @@ def bench_offline(
     tp: Annotated[int, typer.Option(
         min=1, help="Split the engine over N tensor-parallel ranks on this host.")] = 1,
     quantization: Annotated[list[str] | None, typer.Option(
-        help="Engine weights: fp32 or int8 (repeat to run both, interleaved).")] = None,
+        help="Engine weights: fp32, int8, int8-wo or int4 (repeat to run several, interleaved)."
+    )] = None,
     dtype: Annotated[list[str] | None, typer.Option(
         help="float32, bfloat16 or auto (repeat to run several, interleaved).")] = None,
     profile: Annotated[bool, typer.Option(
@@ -82,7 +83,7 @@ def bench_offline(
 def bench_quality(
     model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
     quantization: Annotated[list[str] | None, typer.Option(
-        help="int8: measure it against fp32 (fp32 alone without).")] = None,
+        help="int8, int8-wo or int4: measure it against fp32 (fp32 alone without).")] = None,
     tokens: Annotated[int, typer.Option(min=2, help="Tokens of text for the perplexity.")] = 4096,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
     json_: JsonOpt = False,

@@ -23,7 +23,7 @@ from minisgl_core.did_you_mean import suggest
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
-QUANTIZATIONS = ("int8",)
+QUANTIZATIONS = ("int8", "int8-wo", "int4")
 SPECULATIVE = ("ngram",)
 DP_POLICIES = ("cache_aware", "round_robin")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -71,7 +71,7 @@ class LaunchConfig:
     dp_affinity_threshold: int = 4  # requests by which the prefix's replica may be busier
     dp_cpus: str = ""  # each replica's cores, "0-3;4-7"; "" splits this host's, "none": unpinned
     cache: str = "radix"
-    quantization: str | None = None  # "int8": int8 weights and inputs (docs/benchmarks.md)
+    quantization: str | None = None  # int8, int8-wo or int4 (docs/benchmarks.md)
     speculative: str | None = None  # "ngram": prompt-lookup speculation (docs/speculative.md)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 1  # shortest suffix n-gram looked up

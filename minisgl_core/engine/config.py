@@ -35,7 +35,9 @@ class EngineConfig:
     num_threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     seed: int = 0  # for requests sampled without a seed of their own
     cache: str = "radix"  # "radix": reuse KV pages of cached prefixes; "naive": never reuse
-    quantization: str | None = None  # "int8": int8 weights and per-token inputs (quant.py)
+    # "int8": int8 weights and per-token inputs (quant.py); "int8-wo", "int4": weights only,
+    # int8 per output channel or 4 bits in groups of 32 (wo_quant.py)
+    quantization: str | None = None
     speculative: str | None = None  # "ngram": prompt-lookup speculation (speculative.py)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
@@ -54,8 +56,9 @@ class EngineConfig:
             raise ValueError("max_seq_len_override must be >= 2")
         if self.cache not in ("radix", "naive"):
             raise ValueError(f'cache must be "radix" or "naive", got {self.cache!r}')
-        if self.quantization is not None and self.quantization != "int8":
-            raise ValueError(f'quantization must be "int8" or None, got {self.quantization!r}')
+        if self.quantization not in (None, "int8", "int8-wo", "int4"):
+            raise ValueError('quantization must be "int8", "int8-wo", "int4" or None, got '
+                             f"{self.quantization!r}")
         if self.speculative is not None and self.speculative != "ngram":
             raise ValueError(f'speculative must be "ngram" or None, got {self.speculative!r}')
         if self.num_speculative_tokens < 1:

@@ -36,7 +36,7 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
     """fp32 or bf16 for this model here, by timing the model's gate|up layer in both."""
     from minisgl_core.engine import kernel_choice
 
-    if quantization is not None:  # the int8 kernels take fp32 activations
+    if quantization == "int8":  # its kernels take fp32 activations (weight-only ones any)
         return DtypeChoice("float32", f"--quantization {quantization} runs in fp32")
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():

@@ -25,6 +25,7 @@ import torch
 
 from minisgl_core.engine.linear import BUCKETS, Kernel, all_kernels, fp32_kernels
 from minisgl_core.engine.quant import FP32_ROLES, int8_kernels
+from minisgl_core.engine.wo_quant import weight_only_kernels
 
 log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
@@ -85,11 +86,17 @@ def cpu_model() -> str:
 def candidates(role: str, device: torch.device, dtype: torch.dtype,
                quantization: str | None) -> list[Kernel]:
     """The kernels that can run this role here, in tie-break order."""
-    quantized = quantization == "int8" and role not in FP32_ROLES
-    pool = int8_kernels() if quantized else fp32_kernels()
+    quantized = quantization is not None and role not in FP32_ROLES
+    if not quantized:
+        pool = fp32_kernels()
+    elif quantization == "int8":
+        pool = int8_kernels()
+    else:
+        pool = weight_only_kernels(str(quantization))
     found = [k for k in pool if k.available(device, dtype)]
     if quantized and not found:
-        raise RuntimeError("--quantization int8 needs an int8 matmul kernel, and none works "
+        raise RuntimeError(f"--quantization {quantization} needs an {quantization} matmul kernel, "
+                           "and none works "
                            f"here (tried {', '.join(k.name for k in pool)}; torch "
                            f"{torch.__version__}, quantized engines "
                            f"{torch.backends.quantized.supported_engines})")
@@ -174,9 +181,9 @@ def _forced(name: str, pools: dict[str, list[Kernel]], quantization: str | None)
     if name not in known:
         raise RuntimeError(f"MINISGL_LINEAR={name} names no kernel (known: {', '.join(known)})")
     kernel = known[name]
-    if kernel.quantized and quantization != "int8":
-        raise RuntimeError(f"MINISGL_LINEAR={name} is an int8 kernel: it needs "
-                           "--quantization int8")
+    if kernel.quantized is not None and quantization != kernel.quantized:
+        raise RuntimeError(f"MINISGL_LINEAR={name} is a {kernel.quantized} kernel: it needs "
+                           f"--quantization {kernel.quantized}")
     out: dict[str, tuple[Kernel, ...]] = {}
     for role, pool in pools.items():
         if kernel.quantized == pool[0].quantized:  # it applies to this role

@@ -5,7 +5,8 @@ Which kernel is fastest depends on the host and on the row count: on one 2-core 
 ``torch.mm`` beat oneDNN's pre-packed weights at 1 row (27.4 vs 21.4 tok/s) and lost at 32 (193
 vs 267). So kernel_choice.py times the candidates on the model's own shapes at load, and each
 Linear keeps one layout and a kernel per row bucket (BUCKETS). ``MINISGL_LINEAR=<kernel>`` forces
-one kernel everywhere it applies. The int8 kernels live in quant.py.
+one kernel everywhere it applies. The int8 kernels live in quant.py, the weight-only ones
+(int8-wo, int4) in wo_quant.py.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Kernel:
 
     name = "?"
     layout = "?"
-    quantized = False  # True: needs --quantization int8
+    quantized: str | None = None  # the --quantization scheme it needs (None: none)
     # True: ``pack`` keeps the HF weight itself, so a tensor shared with another use (a tied LM
     # head's embedding table) stays one copy in memory
     shares_weight = False
@@ -204,10 +205,12 @@ def fp32_kernels() -> list[Kernel]:
 
 
 def all_kernels() -> dict[str, Kernel]:
-    """Every kernel by name (the int8 ones included)."""
+    """Every kernel by name (the quantized ones included)."""
     from minisgl_core.engine.quant import int8_kernels
+    from minisgl_core.engine.wo_quant import weight_only_kernels
 
-    return {k.name: k for k in [*fp32_kernels(), *int8_kernels()]}
+    wo = [*weight_only_kernels("int8-wo"), *weight_only_kernels("int4")]
+    return {k.name: k for k in [*fp32_kernels(), *int8_kernels(), *wo]}
 
 
 class Linear:

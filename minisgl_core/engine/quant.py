@@ -29,7 +29,7 @@ import torch
 from minisgl_core.engine.linear import Kernel
 
 log = logging.getLogger(__name__)
-QUANTIZATIONS = ("int8",)
+QUANTIZATIONS = ("int8", "int8-wo", "int4")
 # Layers left in fp32 under --quantization int8, besides the embedding lookup (not a matmul):
 # the LM head and q/k/v. On the default model (perplexity over 1,024 tokens, docs/benchmarks.md)
 # every matmul in int8 cost +5.6%, all but the head +4.1%, all but head and q/k/v +1.3%: the
@@ -89,7 +89,7 @@ def _add(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | No
 
 
 class _Int8(Kernel):
-    quantized = True
+    quantized = "int8"
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Runs, and matches its own reference math, on a small random layer."""

@@ -92,7 +92,7 @@ def test_int8_without_an_int8_kernel_fails_at_start_with_a_clear_error() -> None
 
 def test_unknown_quantization_is_refused() -> None:
     with pytest.raises(ValueError, match="quantization"):
-        EngineConfig(model="x", quantization="int4")
+        EngineConfig(model="x", quantization="int2")
 
 
 def test_int8_with_two_tensor_parallel_ranks(tiny_models) -> None:

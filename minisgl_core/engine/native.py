@@ -1,0 +1,122 @@
+"""The project's small native matmul library (csrc/wo_matmul.c): built with the system C compiler
+into a cache directory keyed by the source and flags, loaded through ctypes.
+
+``library()`` builds it on first use when missing and returns None (its reason logged once, and
+kept in ``failure()``) when there is no compiler or the build fails: callers then use their
+pure-torch fallback. ``python -m minisgl_core.engine.native`` builds it ahead (``make setup``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).with_name("csrc") / "wo_matmul.c"
+# -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
+# time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
+# has already loaded (same soname): one thread pool, not two spinning against each other.
+FLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-std=c11")
+ISAS = {"c": 0, "avx2": 1, "avx512": 2}
+
+_lib: ctypes.CDLL | None = None
+_failure: str | None = None
+_tried = False
+
+
+def compiler() -> str | None:
+    """``$CC``, else cc / gcc / clang, whichever is on PATH first."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def target(cc: str) -> Path:
+    """Where the library built from today's source with ``cc`` and FLAGS lives."""
+    from minisgl_core.store.paths import cache_dir
+
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *FLAGS)).encode()).hexdigest()
+    return cache_dir() / "native" / f"wo_matmul-{key[:16]}.so"
+
+
+def build() -> Path:
+    """Compile the library if it is not in the cache yet; its path. RuntimeError says why not."""
+    cc = compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
+    path = target(cc)
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}.so")
+    cmd = [cc, *FLAGS, str(SOURCE), "-o", str(tmp)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"{' '.join(cmd)}: {exc}") from exc
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-400:]}")
+    os.replace(tmp, path)  # atomic: a concurrent build of the same key is harmless
+    return path
+
+
+def _bind(lib: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.wo_best_isa.restype = i
+    lib.wo_best_isa.argtypes = []
+    lib.wo_int8.restype = None
+    lib.wo_int8.argtypes = [p, i, i, p, p, i, p, i, i]
+    lib.wo_int4.restype = None
+    lib.wo_int4.argtypes = [p, i, i, p, p, p, i, p, i, i]
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded library (built now if needed), or None where it cannot be (logged once)."""
+    global _lib, _failure, _tried
+    if not _tried:
+        _tried = True
+        try:
+            import torch  # noqa: F401  (its libgomp first: ours then binds to it)
+
+            lib = ctypes.CDLL(str(build()))
+            _bind(lib)
+            _lib = lib
+        except (RuntimeError, OSError) as exc:
+            _failure = str(exc)
+            log.warning("native weight-only kernels unavailable, using the torch fallback "
+                        "(dequantize, then matmul): %s", _failure)
+    return _lib
+
+
+def failure() -> str | None:
+    """Why ``library()`` is None (None when it loaded or was not tried)."""
+    return _failure
+
+
+def best_isa() -> int:
+    """The widest path this CPU runs (ISAS values); 0 without the library."""
+    lib = library()
+    return 0 if lib is None else int(lib.wo_best_isa())
+
+
+def main() -> int:
+    """Build the library (``make setup``); a failure is reported, not fatal: the torch fallback
+    works without it."""
+    try:
+        print(f"native kernels: {build()}")
+    except RuntimeError as exc:
+        print(f"native kernels not built (the torch fallback will be used): {exc}",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,171 @@
+"""Weight-only quantized kernels: ``--quantization int8-wo`` and ``--quantization int4``.
+
+The weights are quantized once at load; activations stay in the engine's dtype (fp32 or bf16).
+
+- ``int8-wo``: symmetric per output channel, ``W[o, i] ~= q[o, i] * scale[o]`` (quant.py's
+  ``quantize_weight``): 1 byte a weight.
+- ``int4``: groups of GROUP inputs of an output row, ``W ~= nib * scale + min`` with a 4-bit
+  ``nib`` and fp16 scale and min per group (ggml's Q4_1, 0.625 bytes a weight). The symmetric
+  variant (Q4_0: ``min = -8 scale``) runs on the same kernel; ``SYMMETRIC`` says which is used.
+
+Each scheme has one packed layout and two kernels on it, timed against each other per row
+bucket by kernel_choice.py: the native one (csrc/wo_matmul.c: reads the packed weight once for
+all rows, AVX2 or AVX-512 chosen at run time, OpenMP across output rows) and ``*-dequant``, which
+dequantizes a tile of output rows at a time into the engine's dtype and multiplies it with
+torch's GEMM (large buckets, other devices, and hosts where the library cannot be built).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from minisgl_core.engine import native
+from minisgl_core.engine.linear import Kernel
+from minisgl_core.engine.quant import _add, quantize_weight
+
+log = logging.getLogger(__name__)
+GROUP = 32  # inputs per int4 group (fixed in wo_matmul.c)
+# Q4_1 (scale and min per group) rather than Q4_0 (symmetric): on the default model's weights
+# its round-trip error is lower (docs/benchmarks.md), at the same bytes here (both keep a min).
+SYMMETRIC = False
+TILE_ELEMS = 1 << 20  # weights dequantized at a time by the *-dequant kernels (4 MB in fp32)
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """``q [out, in]`` int8, ``scale [out]`` fp32."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Int4Weight:
+    """``q [out, groups, 16]`` uint8 (two nibbles a byte, see wo_matmul.c), ``scale`` and
+    ``min`` ``[out, groups]`` fp16; ``in_features`` may be less than ``groups * GROUP``."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+    min: torch.Tensor
+    in_features: int
+
+
+def quantize_int4(weight: torch.Tensor, symmetric: bool = SYMMETRIC) -> Int4Weight:
+    """``W [out, in]`` -> groups of GROUP inputs, 4 bits each (the last group zero-padded)."""
+    out, inp = weight.shape
+    groups = -(-inp // GROUP)
+    w = torch.nn.functional.pad(weight.float(), (0, groups * GROUP - inp)).view(out, groups, GROUP)
+    if symmetric:  # Q4_0: the value of largest magnitude maps to -8
+        big = w.gather(2, w.abs().argmax(2, keepdim=True)).squeeze(2)  # [out, groups]
+        scale = (big / -8.0).half()
+        lo = -8.0 * scale.float()
+    else:  # Q4_1: [min, max] onto 0..15
+        lo = w.amin(2)
+        scale = ((w.amax(2) - lo) / 15.0).half()
+    mins = lo.half()
+    s = scale.float().where(scale != 0, torch.ones(()))  # a constant group: every nib 0
+    nib = torch.round((w - mins.float()[..., None]) / s[..., None]).clamp_(0, 15).to(torch.uint8)
+    q = nib[..., :16] | (nib[..., 16:] << 4)  # [out, groups, 16]
+    return Int4Weight(q.contiguous(), scale.contiguous(), mins.contiguous(), inp)
+
+
+def dequantize_int4(w: Int4Weight, rows: slice = slice(None),
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The weight ``[out, in]`` (or its ``rows``) that ``w`` stands for, in ``dtype``."""
+    q = w.q[rows]
+    nib = torch.cat((q & 15, q >> 4), 2).to(dtype)  # [rows, groups, 32]
+    full = nib * w.scale[rows, :, None].to(dtype) + w.min[rows, :, None].to(dtype)
+    return full.flatten(1)[:, :w.in_features]
+
+
+def dequantize_int8(w: Int8Weight, rows: slice = slice(None),
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The weight ``[out, in]`` (or its ``rows``) that ``w`` stands for, in ``dtype``."""
+    return w.q[rows].to(dtype) * w.scale[rows, None].to(dtype)
+
+
+def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None = None
+                  ) -> torch.Tensor:
+    """``x [T, in] @ dequant(w).T`` -> ``[T, out]`` fp32 by the native library (which must have
+    loaded); ``isa``: native.ISAS value (None: the widest this CPU runs)."""
+    lib = native.library()
+    assert lib is not None, native.failure()
+    x = x.float().contiguous()
+    rows, inp = x.shape
+    out = w.q.shape[0]
+    y = torch.empty(rows, out)
+    threads, path = torch.get_num_threads(), -1 if isa is None else isa
+    if isinstance(w, Int8Weight):
+        lib.wo_int8(x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(), out,
+                    y.data_ptr(), threads, path)
+    else:
+        lib.wo_int4(x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(),
+                    w.min.data_ptr(), out, y.data_ptr(), threads, path)
+    return y
+
+
+class _WeightOnly(Kernel):
+    scheme = "?"
+
+    def pack(self, weight: torch.Tensor) -> Int8Weight | Int4Weight:
+        if self.scheme == "int4":
+            return quantize_int4(weight)
+        return Int8Weight(*quantize_weight(weight))
+
+    def nbytes(self, packed: Int8Weight | Int4Weight) -> int:
+        return sum(int(t.numel() * t.element_size()) for t in
+                   (packed.q, packed.scale, *((packed.min,) if self.scheme == "int4" else ())))
+
+
+class WeightOnlyNative(_WeightOnly):
+    """The native kernel (CPU, fp32 or bf16 activations; bf16 converted at the boundary)."""
+
+    def __init__(self, scheme: str) -> None:
+        self.name = self.layout = self.scheme = self.quantized = scheme
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
+            return False
+        if native.library() is None:
+            return False
+        gen = torch.Generator().manual_seed(0)
+        w, x = torch.randn(24, 40, generator=gen), torch.randn(5, 40, generator=gen)
+        packed = self.pack(w)
+        deq = dequantize_int4(packed) if self.scheme == "int4" else dequantize_int8(packed)
+        ok = torch.allclose(native_matmul(x, packed), x @ deq.t(), rtol=1e-4, atol=1e-4)
+        if not ok:
+            log.warning("native %s kernel gives wrong results here: not used", self.scheme)
+        return ok
+
+    def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        y = native_matmul(x, packed)
+        return _add(y if x.dtype == torch.float32 else y.to(x.dtype), bias, residual)
+
+
+class WeightOnlyDequant(_WeightOnly):
+    """Dequantize ``TILE_ELEMS`` weights at a time into the input's dtype, then torch's GEMM:
+    any device and dtype, and no second copy of the weight."""
+
+    def __init__(self, scheme: str) -> None:
+        self.layout = self.scheme = self.quantized = scheme
+        self.name = f"{scheme}-dequant"
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return True
+
+    def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        deq = dequantize_int4 if isinstance(packed, Int4Weight) else dequantize_int8
+        out, inp = packed.q.shape[0], x.shape[1]
+        step = max(1, TILE_ELEMS // inp)
+        parts = [x @ deq(packed, slice(a, a + step), x.dtype).t() for a in range(0, out, step)]
+        return _add(parts[0] if len(parts) == 1 else torch.cat(parts, 1), bias, residual)
+
+
+def weight_only_kernels(scheme: str) -> list[Kernel]:
+    """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
+    return [WeightOnlyNative(scheme), WeightOnlyDequant(scheme)]

@@ -1,0 +1,178 @@
+"""--quantization int8-wo / int4: the native kernels and their torch fallback against the
+dequantized fp32 product, the quantizers' error bounds, the kernel choice, the tiny model."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from minisgl_core.engine import native
+from minisgl_core.engine.config import EngineConfig
+from minisgl_core.engine.engine import Engine
+from minisgl_core.engine.kernel_choice import candidates, choose
+from minisgl_core.engine.linear import BUCKETS, Kernel
+from minisgl_core.engine.quant import quantize_weight
+from minisgl_core.engine.wo_quant import (
+    GROUP,
+    Int8Weight,
+    WeightOnlyDequant,
+    WeightOnlyNative,
+    dequantize_int4,
+    dequantize_int8,
+    native_matmul,
+    quantize_int4,
+)
+from minisgl_core.plugin.model_lookup import resolve
+from minisgl_core.wire.schema import SamplingParams
+
+SCHEMES = ("int8-wo", "int4")
+# (out, in): the default model's o / down-sized layers, and odd widths (a partial int4 group,
+# an int8 row that is no multiple of the vector width, an out that splits unevenly over threads)
+SHAPES = [(576, 576), (37, 100), (1536, 576), (40, 1536), (5, 33)]
+ROWS = (1, 2, 3, 8, 33)
+
+
+def _packed(scheme: str, w: torch.Tensor) -> Int8Weight | object:
+    return quantize_int4(w) if scheme == "int4" else Int8Weight(*quantize_weight(w))
+
+
+def _dequant(scheme: str, packed: object) -> torch.Tensor:
+    return dequantize_int4(packed) if scheme == "int4" else dequantize_int8(packed)  # type: ignore
+
+
+def _isas() -> list[str]:
+    best = native.best_isa()
+    return [name for name, isa in native.ISAS.items() if isa <= best]
+
+
+@pytest.mark.skipif(native.library() is None, reason=f"no native library: {native.failure()}")
+@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_native_kernel_equals_the_dequantized_product(scheme: str, isa: str) -> None:
+    gen = torch.Generator().manual_seed(1)
+    for out, inp in SHAPES:
+        packed = _packed(scheme, torch.randn(out, inp, generator=gen) * 0.05)
+        deq = _dequant(scheme, packed)
+        for rows in ROWS:
+            x = torch.randn(rows, inp, generator=gen)
+            ref = x.double() @ deq.double().t()
+            y = native_matmul(x, packed, native.ISAS[isa])  # type: ignore[arg-type]
+            assert y.shape == (rows, out)
+            err = float((y - ref).abs().max() / ref.abs().max())
+            assert err < 1e-5, (out, inp, rows, err)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_kernels_add_bias_and_residual_in_the_input_dtype(scheme: str, dtype: torch.dtype
+                                                          ) -> None:
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randn(37, 100, generator=gen)
+    x, bias, res = (torch.randn(*s, generator=gen).to(dtype) for s in ((3, 100), (37,), (3, 37)))
+    kernels: list[Kernel] = [WeightOnlyDequant(scheme)]
+    if native.library() is not None:
+        kernels.append(WeightOnlyNative(scheme))
+    for k in kernels:
+        assert k.available(torch.device("cpu"), dtype)
+        packed = k.pack(w)
+        y = k.run(packed, x, bias, res)
+        ref = x.float() @ _dequant(scheme, packed).t() + bias.float() + res.float()
+        assert y.dtype == dtype and y.shape == (3, 37)
+        tol = 1e-4 if dtype == torch.float32 else 3e-2  # bf16: 8 bits of mantissa
+        assert float((y.float() - ref).abs().max() / ref.abs().max()) < tol, k.name
+
+
+def test_quantizers_round_trip_within_their_step() -> None:
+    w = torch.randn(64, 100, generator=torch.Generator().manual_seed(3))
+    q, scale = quantize_weight(w)
+    err8 = (dequantize_int8(Int8Weight(q, scale)) - w).abs()
+    assert bool((err8 <= scale[:, None] * 0.5 + 1e-6).all())
+    for symmetric in (False, True):
+        p = quantize_int4(w, symmetric)
+        assert p.q.shape == (64, 4, 16) and p.q.dtype == torch.uint8  # 100 -> 4 groups of 32
+        err4 = (dequantize_int4(p) - w).abs()
+        step = p.scale.float().abs().repeat_interleave(GROUP, 1)[:, :100]  # Q4_0: may be < 0
+        # half a step (Q4_0: a whole one on the side opposite the largest magnitude, which
+        # reaches only 7 steps of the 8), plus what rounding scale and min to fp16 moves
+        bound = step * (1.0 if symmetric else 0.5) + 2e-3 * w.abs().amax()
+        assert bool((err4 <= bound).all()), symmetric
+        assert float(err4.max()) > float(err8.max())  # 4 bits are coarser than 8: not a no-op
+
+
+def test_without_a_compiler_the_fallback_runs_and_says_why_once(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_failure", None)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with caplog.at_level(logging.WARNING, logger=native.__name__):
+        pool = candidates("down", torch.device("cpu"), torch.float32, "int4")
+        candidates("gate_up", torch.device("cpu"), torch.float32, "int8-wo")
+    assert [k.name for k in pool] == ["int4-dequant"]
+    assert "no C compiler" in (native.failure() or "")
+    assert sum("torch fallback" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_choice_takes_the_fastest_kernel_per_bucket_on_one_copy(tmp_path) -> None:
+    # a timer where the native kernel wins decode buckets and the fallback wins prefill
+    def timer(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+        native_wins = x.shape[0] < BUCKETS[-1]
+        return 1e-3 if (kernel.name.endswith("-dequant") != native_wins) else 2e-3
+
+    shapes = {"qkv": (96, 64), "down": (64, 100), "lm_head": (200, 64)}
+    choice = choose(shapes, torch.device("cpu"), torch.float32, "int4", cache=tmp_path,
+                    timer=timer, load=lambda: 0.0, budget_s=300)  # a budget a slow host meets
+    assert choice.source.startswith("measured") and "partly" not in choice.source
+    names = choice.names()
+    assert not any(n.startswith("int4") for n in names["qkv"] + names["lm_head"])  # FP32_ROLES
+    if native.library() is not None:
+        assert names["down"] == ["int4", "int4", "int4", "int4-dequant"]
+    else:
+        assert names["down"] == ["int4-dequant"] * len(BUCKETS)
+    again = choose(shapes, torch.device("cpu"), torch.float32, "int4", cache=tmp_path,
+                   load=lambda: 0.0)
+    assert again.names() == names and again.source.startswith("cached")
+
+
+PROMPTS = [[5, 9, 13, 2, 7, 30, 11], [3, 4], [8, 1, 6, 21, 17]]
+
+
+def _greedy(engine: Engine, n: int) -> list[list[int]]:
+    sp = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    for i, p in enumerate(PROMPTS):
+        engine.add_request(f"r{i}", p, sp)
+    out: dict[str, list[int]] = {}
+    for _ in range(10 * n):
+        if not engine.has_work():
+            break
+        for step in engine.step():
+            out.setdefault(step.request_id, []).extend(step.token_ids)
+    assert not engine.has_work()
+    return [out[f"r{i}"] for i in range(len(PROMPTS))]
+
+
+@pytest.fixture(scope="module")
+def fp32_tokens(tiny_models) -> list[list[int]]:
+    model = resolve(str(tiny_models["llama"]))
+    return _greedy(Engine(EngineConfig(model=model.path, num_threads=1), model.model_class), 6)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_tiny_model_generates_and_int8_wo_follows_fp32(tiny_models, fp32_tokens,
+                                                       scheme: str) -> None:
+    model = resolve(str(tiny_models["llama"]))
+    engine = Engine(EngineConfig(model=model.path, num_threads=1, quantization=scheme),
+                    model.model_class)
+    facts = engine.info()  # what /v1/models meta, the dashboard and bench offline show
+    assert facts["quantization"] == scheme and f"down: 1 {scheme}" in facts["kernels"]
+    layer = engine.model.layers[0]
+    assert layer.down.kernels[0].quantized == scheme
+    assert layer.qkv.kernels[0].quantized is None  # kept in the engine's dtype (FP32_ROLES)
+    dense = layer.down.in_features * layer.down.out_features * 4
+    assert layer.down.nbytes() < dense / (3 if scheme == "int8-wo" else 5)  # one packed copy
+    tokens = _greedy(engine, 6)
+    assert [len(t) for t in tokens] == [6] * len(PROMPTS)
+    if scheme == "int8-wo":  # within 0.5% per weight: the same greedy tokens as fp32's
+        assert tokens == fp32_tokens
