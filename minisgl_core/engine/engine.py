@@ -20,17 +20,13 @@ from minisgl_core.engine import prompt_logprobs
 from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.batching import Batcher
-from minisgl_core.engine.config import (
-    DEFAULT_KV_CACHE_BYTES,
-    EngineConfig,
-    ModelConfig,
-    eos_token_ids,
-)
+from minisgl_core.engine.config import EngineConfig, ModelConfig, eos_token_ids
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
-from minisgl_core.engine.kv_cache import KVPool, PageAllocator
+from minisgl_core.engine.kv_cache import KVPool, PageAllocator, default_num_pages
 from minisgl_core.engine.request import Request, State, StepOutput
-from minisgl_core.engine.sampler import Sampler, token_logprobs
+from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.speculative import Speculator
+from minisgl_core.engine.step_layout import layout
 from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
@@ -64,18 +60,6 @@ class EngineStats:
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""
         return asdict(self)
-
-
-def default_num_pages(config: EngineConfig, cfg: ModelConfig, num_kv_heads: int,
-                      max_seq_len: int) -> int:
-    """KV pages for DEFAULT_KV_CACHE_BYTES of ``num_kv_heads`` heads, capped at what
-    max_running_requests full-context requests can use."""
-    dtype: torch.dtype = getattr(torch, config.dtype)
-    per_token = KVPool.bytes_per_token(cfg.num_layers, num_kv_heads, cfg.head_dim, dtype)
-    pages = DEFAULT_KV_CACHE_BYTES // per_token // config.page_size
-    one_request = -(-max_seq_len // config.page_size)
-    useful = one_request * config.max_running_requests
-    return int(max(one_request, min(pages, useful)))
 
 
 class Engine:
@@ -227,64 +211,32 @@ class Engine:
             return refused
         spec = [] if self.speculator is None else self.speculator.plan(batch.decode,
                                                                         self.batcher)
-        ids: list[int] = [r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
-                          for r in batch.decode]
-        rows: list[int] = list(range(len(batch.decode)))
-        to_sample: list[Request] = list(batch.decode)
-        row = len(ids)
-        spec_rows: list[int] = []
-        for r in spec:  # the last token and the drafts: one extend chunk of k + 1 positions
-            spec_rows.append(row)
-            ids.append(r.output_ids[-1] if r.output_ids else r.prompt_ids[-1])
-            ids.extend(r.drafts)
-            row += 1 + len(r.drafts)
-        chunks: list[prompt_logprobs.Chunk] = []
-        for r, n in batch.prefill:
-            if r.prompt_lp is not None:
-                chunks.append(prompt_logprobs.Chunk(r.prompt_lp, r.prompt_ids, r.num_cached,
-                                                    row, n))
-            ids.extend(r.token_slice(r.num_cached, r.num_cached + n))
-            row += n
-            if r.num_cached + n == r.num_tokens:
-                rows.append(row - 1)
-                to_sample.append(r)
-        decode = [(r.pages, r.num_cached + 1) for r in batch.decode]
-        prefill = [(r.pages, r.num_cached, 1 + len(r.drafts)) for r in spec]
-        prefill += [(r.pages, r.num_cached, n) for r, n in batch.prefill]
+        lay = layout(batch, spec)
         if self.tp is not None:  # the followers run the same forward on their shards
-            self.tp.send_step(ids, decode, prefill, self.page_size)
-        meta = build_metadata(decode, prefill, self.page_size, self.device)
-        input_ids = torch.tensor(ids, device=self.device)
+            self.tp.send_step(lay.ids, lay.decode, lay.prefill, self.page_size)
+        meta = build_metadata(lay.decode, lay.prefill, self.page_size, self.device)
+        input_ids = torch.tensor(lay.ids, device=self.device)
         hidden = self.model.forward(input_ids, meta, self.kv, self.workspace)
-        if chunks:
-            prompt_logprobs.collect(chunks, hidden, self.model.logits)
+        if lay.chunks:
+            prompt_logprobs.collect(lay.chunks, hidden, self.model.logits)
         for r in batch.decode:
             r.num_cached += 1
         for r, n in batch.prefill:
             r.num_cached += n
-        # the k + 1 rows of every speculating request after the plain rows: one LM-head call
-        spec_index = [s + j for r, s in zip(spec, spec_rows, strict=True)
-                      for j in range(1 + len(r.drafts))]
+        to_sample, rows = lay.to_sample, lay.rows
         if not to_sample and not spec:
             return refused
-        index = torch.tensor(rows + spec_index, device=self.device)
+        # the plain rows, then the k + 1 rows of every speculating request: one LM-head call
+        index = torch.tensor(rows + lay.spec_rows, device=self.device)
         every = self.model.logits(hidden.index_select(0, index))  # [N + S, V]
-        if spec:
-            refused = refused + self._verify(spec, every[len(rows):])
+        if self.speculator is not None and spec:
+            refused = refused + [self._append_many(*took) for took in
+                                 self.speculator.verify_all(spec, every[len(rows):],
+                                                            self.batcher)]
         if not to_sample:
             return refused
-        logits = every[:len(rows)]  # [N, V]
-        asked = [i for i, r in enumerate(to_sample) if r.sampling.logprobs is not None]
-        # taken before sampling, which adjusts the logits in place (penalties, bias)
-        dist = torch.log_softmax(logits[asked].float(), -1) if asked else None  # [A, V]
-        tokens = self.sampler.sample(logits, to_sample)
-        logprobs: list[TokenLogprob | None] = [None] * len(to_sample)
-        if dist is not None:
-            tops = [to_sample[i].sampling.logprobs or 0 for i in asked]
-            found = token_logprobs(dist, [tokens[i] for i in asked], tops)
-            for i, logprob in zip(asked, found, strict=True):
-                logprobs[i] = logprob
-        return refused + [self._append(r, tok, lp)
+        tokens, logprobs = self.sampler.sample_with_logprobs(every[:len(rows)], to_sample)
+        return refused + [self._append_many(r, [tok], [lp])
                           for r, tok, lp in zip(to_sample, tokens, logprobs, strict=True)]
 
     @torch.inference_mode()
@@ -306,28 +258,6 @@ class Engine:
             self.tp.send_stop()
         self.tp.close()
         self.tp = None
-
-    def _verify(self, spec: list[Request], every: torch.Tensor) -> list[StepOutput]:
-        """Accept or reject each speculating request's drafts from its ``k + 1`` rows of
-        ``every [S, V]`` (in ``spec`` order) and emit what it took."""
-        assert self.speculator is not None
-        out = []
-        start = 0
-        for r in spec:
-            logits = every[start:start + 1 + len(r.drafts)]  # [k + 1, V]
-            start += 1 + len(r.drafts)
-            dist = (torch.log_softmax(logits.float(), -1) if r.sampling.logprobs is not None
-                    else None)  # [k + 1, V], before anything adjusts the logits
-            tokens = self.speculator.verify(r, logits, self.batcher)
-            lps: list[TokenLogprob | None] = [None] * len(tokens)
-            if dist is not None:
-                lps = list(token_logprobs(dist[:len(tokens)], tokens,
-                                          [r.sampling.logprobs or 0] * len(tokens)))
-            out.append(self._append_many(r, tokens, lps))
-        return out
-
-    def _append(self, req: Request, token: int, logprob: TokenLogprob | None) -> StepOutput:
-        return self._append_many(req, [token], [logprob])
 
     def _append_many(self, req: Request, tokens: Sequence[int],
                      logprobs: Sequence[TokenLogprob | None]) -> StepOutput:

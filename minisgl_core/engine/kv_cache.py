@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES
+
+if TYPE_CHECKING:
+    from minisgl_core.engine.config import EngineConfig, ModelConfig
 
 
 class OutOfPages(RuntimeError):
@@ -82,3 +89,15 @@ class KVPool:
         """Write new keys/values ``[T, Hkv, D]`` at ``slots [T]``."""
         self.k_layers[layer].index_copy_(0, slots, k)
         self.v_layers[layer].index_copy_(0, slots, v)
+
+
+def default_num_pages(config: EngineConfig, cfg: ModelConfig, num_kv_heads: int,
+                      max_seq_len: int) -> int:
+    """KV pages for DEFAULT_KV_CACHE_BYTES of ``num_kv_heads`` heads, capped at what
+    max_running_requests full-context requests can use."""
+    dtype: torch.dtype = getattr(torch, config.dtype)
+    per_token = KVPool.bytes_per_token(cfg.num_layers, num_kv_heads, cfg.head_dim, dtype)
+    pages = DEFAULT_KV_CACHE_BYTES // per_token // config.page_size
+    one_request = -(-max_seq_len // config.page_size)
+    useful = one_request * config.max_running_requests
+    return int(max(one_request, min(pages, useful)))

@@ -84,6 +84,21 @@ class Sampler:
             req.counts[token] += 1
             req.seen[token] = True
 
+    def sample_with_logprobs(self, logits: torch.Tensor, reqs: Sequence[Request]
+                             ) -> tuple[list[int], list[TokenLogprob | None]]:
+        """``sample``, and each token's logprob entry for the requests that ask (else None)."""
+        asked = [i for i, r in enumerate(reqs) if r.sampling.logprobs is not None]
+        # taken before sampling, which adjusts the logits in place (penalties, bias)
+        dist = torch.log_softmax(logits[asked].float(), -1) if asked else None  # [A, V]
+        tokens = self.sample(logits, reqs)
+        logprobs: list[TokenLogprob | None] = [None] * len(reqs)
+        if dist is not None:
+            tops = [reqs[i].sampling.logprobs or 0 for i in asked]
+            found = token_logprobs(dist, [tokens[i] for i in asked], tops)
+            for i, logprob in zip(asked, found, strict=True):
+                logprobs[i] = logprob
+        return tokens, logprobs
+
     def sample(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[int]:
         """One token per row of ``logits [N, V]`` (row i belongs to ``reqs[i]``)."""
         constrained = [i for i, r in enumerate(reqs) if r.grammar is not None]

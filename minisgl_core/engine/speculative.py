@@ -18,7 +18,8 @@ import torch
 
 from minisgl_core.engine.batching import Batcher
 from minisgl_core.engine.request import Request
-from minisgl_core.engine.sampler import Sampler, adjusts
+from minisgl_core.engine.sampler import Sampler, adjusts, token_logprobs
+from minisgl_core.sampling import TokenLogprob
 
 METHODS = ("ngram",)
 MAX_PAUSE = 16  # steps a request that keeps drafting wrong waits at most before trying again
@@ -116,6 +117,25 @@ class Speculator:
                 decode.remove(req)
                 chosen.append(req)
         return chosen
+
+    def verify_all(self, spec: Sequence[Request], every: torch.Tensor, batcher: Batcher
+                   ) -> list[tuple[Request, list[int], list[TokenLogprob | None]]]:
+        """Each of ``spec`` with the tokens it takes (and their logprobs when it asks) from its
+        ``k + 1`` rows of ``every [S, V]`` (in ``spec`` order)."""
+        out = []
+        start = 0
+        for r in spec:
+            logits = every[start:start + 1 + len(r.drafts)]  # [k + 1, V]
+            start += 1 + len(r.drafts)
+            top = r.sampling.logprobs
+            # [k + 1, V] from the raw logits, as plain decoding reports them
+            dist = torch.log_softmax(logits.float(), -1) if top is not None else None
+            tokens = self.verify(r, logits, batcher)
+            lps: list[TokenLogprob | None] = [None] * len(tokens)
+            if dist is not None:
+                lps = list(token_logprobs(dist[:len(tokens)], tokens, [top or 0] * len(tokens)))
+            out.append((r, tokens, lps))
+        return out
 
     def verify(self, req: Request, logits: torch.Tensor, batcher: Batcher) -> list[int]:
         """The tokens ``req`` takes from its chunk's ``logits [k + 1, V]``: the accepted drafts

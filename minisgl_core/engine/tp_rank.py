@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from minisgl_core.engine.config import EngineConfig, ModelConfig
-from minisgl_core.engine.engine import Engine, default_num_pages
+from minisgl_core.engine.engine import Engine
+from minisgl_core.engine.kv_cache import default_num_pages
 from minisgl_core.engine.parallel import check_tp, init_tensor_parallel, shard
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,61 @@
+"""The flat token layout of one step: plain decode rows, speculating chunks, prefill chunks.
+
+One forward takes every scheduled token in one row order: first one row per plain decoding
+request, then per speculating request its last token and its drafts (an extend chunk of
+``k + 1`` query positions), then the prefill chunks. ``rows`` are the rows whose logits sample a
+plain token (decodes, and the last row of a prefill that completes its prompt); ``spec_rows`` are
+every row of the speculating chunks, in order, which ``Speculator.verify_all`` reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minisgl_core.engine import prompt_logprobs
+from minisgl_core.engine.batching import ScheduledBatch
+from minisgl_core.engine.request import Request
+
+Pages = tuple[list[int], int]  # a decode row: the request's pages, its length after this token
+Chunk = tuple[list[int], int, int]  # an extend chunk: pages, tokens cached before, chunk length
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """Inputs of one forward and where each request's logits are."""
+
+    ids: list[int]  # [T] token ids in row order
+    decode: list[Pages]  # one per plain decode row
+    prefill: list[Chunk]  # speculating chunks first, then prefill chunks
+    rows: list[int]  # rows sampled for ``to_sample``, in its order
+    to_sample: list[Request]
+    spec_rows: list[int]  # the k + 1 rows of each speculating request, in its order
+    chunks: list[prompt_logprobs.Chunk]  # prefill chunks whose prompt logprobs are asked
+
+
+def _last(r: Request) -> int:
+    return r.output_ids[-1] if r.output_ids else r.prompt_ids[-1]
+
+
+def layout(batch: ScheduledBatch, spec: list[Request]) -> StepLayout:
+    """The layout of ``batch`` (plain decodes in ``batch.decode``) with ``spec`` speculating."""
+    ids = [_last(r) for r in batch.decode]
+    rows = list(range(len(ids)))
+    to_sample = list(batch.decode)
+    spec_rows: list[int] = []
+    for r in spec:
+        spec_rows.extend(range(len(ids), len(ids) + 1 + len(r.drafts)))
+        ids.append(_last(r))
+        ids.extend(r.drafts)
+    chunks: list[prompt_logprobs.Chunk] = []
+    for r, n in batch.prefill:
+        if r.prompt_lp is not None:
+            chunks.append(prompt_logprobs.Chunk(r.prompt_lp, r.prompt_ids, r.num_cached,
+                                                len(ids), n))
+        ids.extend(r.token_slice(r.num_cached, r.num_cached + n))
+        if r.num_cached + n == r.num_tokens:
+            rows.append(len(ids) - 1)
+            to_sample.append(r)
+    decode = [(r.pages, r.num_cached + 1) for r in batch.decode]
+    prefill = [(r.pages, r.num_cached, 1 + len(r.drafts)) for r in spec]
+    prefill += [(r.pages, r.num_cached, n) for r, n in batch.prefill]
+    return StepLayout(ids, decode, prefill, rows, to_sample, spec_rows, chunks)
