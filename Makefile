@@ -28,13 +28,17 @@ serve: setup
 
 # Lint, the import layering (docs/architecture.md), the plugin health check, then every test but
 # the long soaks (those are `make soak`).
+# Two workers, each taking whole test files (module-scoped services stay shared): most tests
+# wait on services in other processes, so two overlap well even on 2 cores. TEST_WORKERS=0: one.
+TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	MINISGL_STRICT_PLUGINS=1 $(BIN)/minisgl plugins --check
 	@$(BIN)/python -c "import sglang_router" 2>/dev/null || echo "note: no sglang-router here: the fleet tests behind the router are skipped (pip install -e '.[router]')"
 	@command -v chromium >/dev/null 2>&1 || echo "note: no chromium here: the web page tests are skipped (apt-get install chromium)"
-	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow" --durations=20 $(PYTEST_ARGS)
+	MINISGL_STRICT_PLUGINS=1 $(BIN)/python -m pytest -q -m "not slow" --durations=20 \
+		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
