@@ -15,7 +15,9 @@ pytestmark = pytest.mark.model
 def test_default_model_answers_and_streams_multibyte_text(tmp_path: Path) -> None:
     from minisgl_core.plugin.model_lookup import resolve
 
-    svc = launch_service(resolve(None).path, transport="zmq", log_dir=tmp_path)
+    # one scheduler thread: two OpenMP threads crawl when other processes hold the cores
+    svc = launch_service(resolve(None).path, transport="zmq", args=("-s", "num_threads=1"),
+                         log_dir=tmp_path)
     try:
         client = OpenAI(base_url=f"{svc.url}/v1", api_key="none")
         model = client.models.list().data[0].id
