@@ -15,8 +15,10 @@ from minisgl_core.testing.remote import remote_service
 from minisgl_core.testing.service import RunningService, launch_service
 
 TRANSPORTS = ["zmq", "nng"]
+# One torch thread per scheduler: two OpenMP threads that wait for each other at every op crawl
+# when other processes hold the cores (a busy CI runner, the other pytest worker).
 SERVICE_ARGS = ["--dtype", "float32", "--max-seq-len-override", "512", "--num-pages", "256",
-                "--page-size", "16"]
+                "--page-size", "16", "-s", "num_threads=1"]
 LaunchVariant = Callable[..., AbstractContextManager[RunningService]]
 
 
