@@ -100,6 +100,18 @@ class RunningService:
                 self.proc.wait(30)
         return self.proc.returncode
 
+    def assert_ended_after_death(self, worker: str, timeout: float = 60.0) -> None:
+        """Assert the launcher exits non-zero on its own once ``worker`` has died, names it in
+        its log, and leaves no worker behind."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the launcher was still running {timeout:.0f} s after "
+                                 f"{worker} died") from None
+        assert self.proc.returncode != 0
+        assert worker in self.log()
+        assert not self.leftover_workers()
+
     def workers(self) -> dict[str, psutil.Process]:
         """role -> worker process (tokenizer, detokenizer, scheduler), as titled minisgl::<role>."""
         import psutil
