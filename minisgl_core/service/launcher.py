@@ -73,7 +73,8 @@ def start_service(config: LaunchConfig, registries: Registries, model_dir: str, 
                                           max_waiting=config.max_waiting_requests)
                for fid in frontend_ids}
     try:
-        replicas = [_tp_config(config, transport) for _ in range(config.dp)]
+        _check_parallel(config, transport)
+        replicas = [_replica_config(config) for _ in range(config.dp)]
     except LaunchError:
         control.close()
         transport.close()
@@ -186,12 +187,13 @@ def _scheduler_specs(replicas: list[LaunchConfig], common: dict[str, Any]) -> li
     ranks = config.local_ranks()
     dp = len(replicas)
     cpus = replica_cpus(config) if dp > 1 else [()]
-    # the replicas share the host's threads (or their own cores when pinned) between ranks
     specs = []
     for d, cfg in enumerate(replicas):
-        total = len(cpus[d]) if cpus[d] and config.num_threads is None else (
-            threads_per_rank(config.num_threads, dp))
-        threads = threads_per_rank(total, len(ranks))
+        if cpus[d] and config.num_threads is None:
+            replica_threads = len(cpus[d])  # pinned: one thread for each of its own cores
+        else:
+            replica_threads = threads_per_rank(config.num_threads, dp)  # its share of the host
+        threads = threads_per_rank(replica_threads, len(ranks))  # split between its ranks
         specs += [WorkerSpec(role="scheduler", config=cfg, num_threads=threads, tp_rank=rank,
                              local_rank=d * len(ranks) + i, dp_rank=d if dp > 1 else None,
                              cpus=cpus[d], **common) for i, rank in enumerate(ranks)]
@@ -211,20 +213,20 @@ def replica_cpus(config: LaunchConfig) -> list[tuple[int, ...]]:
             for d in range(config.dp)]
 
 
-def _tp_config(config: LaunchConfig, transport: Transport) -> LaunchConfig:
-    """Check tensor-parallel (and data-parallel) settings; pick a free dist_port when it is 0
-    (all ranks local): each call, one replica's."""
-    if config.dp > 1 and not transport.multiprocess:
-        raise LaunchError(f"--dp {config.dp} needs a multi-process transport (zmq, nng), "
-                          f"not {config.transport}: each replica is a process")
-    if config.tp == 1:
-        return config
-    if not transport.multiprocess:
-        raise LaunchError(f"--tp {config.tp} needs a multi-process transport (zmq, nng), "
-                          f"not {config.transport}: each rank is a process")
-    if config.dp > 1 and config.dist_port:
+def _check_parallel(config: LaunchConfig, transport: Transport) -> None:
+    """Refuse tensor- and data-parallel settings this transport or config cannot run."""
+    for flag, size, unit in (("--dp", config.dp, "replica"), ("--tp", config.tp, "rank")):
+        if size > 1 and not transport.multiprocess:
+            raise LaunchError(f"{flag} {size} needs a multi-process transport (zmq, nng), "
+                              f"not {config.transport}: each {unit} is a process")
+    if config.dp > 1 and config.tp > 1 and config.dist_port:
         raise LaunchError("--dp with --tp picks a free dist_port per replica: leave dist_port 0")
-    if config.dist_port:
+
+
+def _replica_config(config: LaunchConfig) -> LaunchConfig:
+    """One replica's config: a free dist_port of its own when its ranks need one (tp > 1,
+    dist_port 0: all ranks local)."""
+    if config.tp == 1 or config.dist_port:
         return config
     from minisgl_core.service.ports import free_port
 
