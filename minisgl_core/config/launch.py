@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from minisgl_core import deprecated
+from minisgl_core.config import parallel, shorthands
 from minisgl_core.config import roles as config_roles
-from minisgl_core.config import shorthands
 from minisgl_core.did_you_mean import suggest
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
@@ -132,7 +132,7 @@ class LaunchConfig:
                 return (f'reasoning_parser must be one of {", ".join(parser_names())}, got '
                         f'"{self.reasoning_parser}";'
                         f"{suggest(self.reasoning_parser, parser_names())}")
-        problem = self._tp_problem() or self._dp_problem()
+        problem = parallel.tp_problem(self) or parallel.dp_problem(self)
         if problem:
             return problem
         if not self.ready_timeout_s > 0:
@@ -145,53 +145,13 @@ class LaunchConfig:
                 return f"{key} must be a table of tables ([{key}.<name>])"
         return None
 
-    def _tp_problem(self) -> str | None:
-        if self.tp_local_ranks is None:
-            return None
-        try:
-            ranks = self.local_ranks()
-        except ValueError:
-            return f'tp_local_ranks must list ranks like "0" or "0,1", got "{self.tp_local_ranks}"'
-        if not ranks or ranks[0] != 0 or ranks[-1] >= self.tp or len(set(ranks)) != len(ranks):
-            return (f"tp_local_ranks must include rank 0 and name ranks below tp={self.tp} once "
-                    f'each, got "{self.tp_local_ranks}"')
-        if len(ranks) < self.tp and self.dist_port == 0:
-            return ("dist_port must be set when some ranks run elsewhere (tp_local_ranks): "
-                    "they connect to dist_addr:dist_port")
-        return None
-
-    def _dp_problem(self) -> str | None:
-        if self.dp_affinity_threshold < 0:
-            return f"dp_affinity_threshold must be >= 0, got {self.dp_affinity_threshold}"
-        if self.dp > 1 and self.tp_local_ranks is not None:
-            return "dp > 1 needs every tensor-parallel rank on this host (no tp_local_ranks)"
-        if self.dp_cpus.strip() in ("", "none"):
-            return None
-        try:
-            sets = self.dp_cpu_sets()
-        except ValueError:
-            sets = []
-        if len(sets) != self.dp or not all(sets):
-            return (f'dp_cpus must list {self.dp} core sets split by ";" (e.g. "0-1;2-3"), '
-                    f'"" or "none", got "{self.dp_cpus}"')
-        return None
-
     def dp_cpu_sets(self) -> list[set[int]]:
         """The cores ``dp_cpus`` names for each replica (``"0-1;2,3"`` -> [{0, 1}, {2, 3}])."""
-        out = []
-        for part in self.dp_cpus.split(";"):
-            cores: set[int] = set()
-            for item in filter(None, (x.strip() for x in part.split(","))):
-                lo, _, hi = item.partition("-")
-                cores.update(range(int(lo), int(hi or lo) + 1))
-            out.append(cores)
-        return out
+        return parallel.cpu_sets(self.dp_cpus)
 
     def local_ranks(self) -> tuple[int, ...]:
         """The tensor-parallel ranks this launch starts, sorted (all of 0..tp-1 by default)."""
-        if self.tp_local_ranks is None:
-            return tuple(range(self.tp))
-        return tuple(sorted(int(r) for r in self.tp_local_ranks.split(",") if r.strip()))
+        return parallel.local_ranks(self.tp_local_ranks, self.tp)
 
     def transport_table(self, name: str) -> dict[str, Any]:
         """The ``[transports.<name>]`` table (empty when absent)."""
