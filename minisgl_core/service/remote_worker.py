@@ -6,7 +6,6 @@ import dataclasses
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -16,6 +15,7 @@ import msgspec
 from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.service import remote
 from minisgl_core.service.spec import WorkerSpec
+from minisgl_core.service.worker import _set_title, exit_now, run_command
 
 log = logging.getLogger("minisgl.worker")
 
@@ -99,8 +99,7 @@ def _keep_alive(transport: Any, hello: Any, assignment: remote.Assignment,
             log.error("lost the launcher: no hello for %.0f s; exiting",
                       remote.HEARTBEAT_TIMEOUT_S)
             lost.set()
-            logging.shutdown()
-            os._exit(1)
+            exit_now(1)
         time.sleep(remote.HEARTBEAT_S)
 
 
@@ -119,17 +118,8 @@ def _beat(transport: Any, assignment: remote.Assignment) -> None:
 def worker_command(role: str, connect: str, transport_name: str, table: dict[str, Any],
                    **options: Any) -> None:
     """``minisgl worker``'s body: log to stderr, run the role, exit with its code."""
-    from minisgl_core.service.worker import _set_title
-
     _set_title(f"minisgl::{role}")  # named as the launcher's own workers are
     logging.basicConfig(level="INFO",
                         format=f"%(asctime)s remote-{role} %(levelname)s %(message)s")
-    try:
-        code = run_remote(role, connect, transport_name, table, **options)
-    except (ValueError, OSError) as exc:
-        print(f"minisgl: error: {exc}", file=sys.stderr)
-        code = 1
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # skip interpreter teardown (seconds with torch loaded)
+    run_command(lambda: run_remote(role, connect, transport_name, table, **options),
+                (ValueError, OSError))

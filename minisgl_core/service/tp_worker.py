@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from typing import Any
 
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.tp_rank import local_device, start_rank
+from minisgl_core.service.worker import run_command
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +35,5 @@ def worker_command(model_dir: str, model_class: Any, rank: int, size: int, addr:
                    port: int, **options: Any) -> None:
     """``minisgl tp-worker``'s body: log to stderr, run the rank, exit with its code."""
     logging.basicConfig(level="INFO", format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
-    try:
-        code = run_worker(model_dir, model_class, rank, size, addr, port, **options)
-    except (ValueError, RuntimeError) as exc:
-        print(f"minisgl: error: {exc}", file=sys.stderr)
-        code = 1
-    # skip interpreter teardown: a process group whose peer is gone aborts in its destructor
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    run_command(lambda: run_worker(model_dir, model_class, rank, size, addr, port, **options),
+                (ValueError, RuntimeError))

@@ -9,7 +9,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.wire import codec
@@ -43,9 +43,28 @@ def worker_main(spec: WorkerSpec) -> None:
     finally:
         transport.close()
     log.info("%s stopped", spec.name)
+    exit_now(0 if ok else 1)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave this worker process with ``code``: logs and streams flushed, interpreter teardown
+    skipped (everything is closed; teardown takes seconds with torch loaded, and a process
+    group whose peer is gone aborts in its destructor)."""
     logging.shutdown()
-    # Everything is closed; skip interpreter teardown (seconds with torch loaded).
-    os._exit(0 if ok else 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_command(body: Callable[[], int], errors: tuple[type[Exception], ...]) -> NoReturn:
+    """A worker command's body (``minisgl worker``, ``minisgl tp-worker``): run ``body``, print
+    one of ``errors`` as ``minisgl: error: ...`` (exit code 1), and exit with its code."""
+    try:
+        code = body()
+    except errors as exc:
+        print(f"minisgl: error: {exc}", file=sys.stderr)
+        code = 1
+    exit_now(code)
 
 
 def run_role(spec: WorkerSpec, registries: Registries, transport: Transport,
