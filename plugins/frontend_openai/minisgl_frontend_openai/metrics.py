@@ -126,28 +126,27 @@ def fleet_gauges(out: list[str], engine: Mapping[str, float], *, sglang_names: b
     # the share of KV pages held by requests (cached-only pages are allocatable, so not used)
     usage = (total - free) / total if total > 0 else math.nan
     waiting, running = (engine.get(k, math.nan) for k in ("requests_waiting", "requests_running"))
-    _family(out, "vllm:num_requests_waiting", "gauge",
-            "Requests queued in the schedulers, not yet admitted.",
-            [f"vllm:num_requests_waiting {_fmt(waiting)}"])
-    _family(out, "vllm:num_requests_running", "gauge",
-            "Requests in the schedulers' running batches.",
-            [f"vllm:num_requests_running {_fmt(running)}"])
-    _family(out, "vllm:kv_cache_usage_perc", "gauge",
-            "KV cache usage, 0-1: pages held by requests / pages in the pool.",
-            [f"vllm:kv_cache_usage_perc {_fmt(usage)}"])
+    gauges = [
+        ("vllm:num_requests_waiting", "Requests queued in the schedulers, not yet admitted.",
+         waiting),
+        ("vllm:num_requests_running", "Requests in the schedulers' running batches.", running),
+        ("vllm:kv_cache_usage_perc",
+         "KV cache usage, 0-1: pages held by requests / pages in the pool.", usage),
+    ]
+    if sglang_names:
+        gauges += [
+            ("sglang:num_queue_reqs", "Requests waiting (SGLang's name).", waiting),
+            ("sglang:num_running_reqs", "Requests running (SGLang's name).", running),
+            ("sglang:token_usage",
+             "KV cache usage, 0-1 (SGLang's name; equals vllm:kv_cache_usage_perc).", usage),
+        ]
+    for name, help_text, value in gauges:
+        _family(out, name, "gauge", help_text, [f"{name} {_fmt(value)}"])
     page_size = engine.get("kv_page_size", math.nan)
     if not math.isnan(page_size) and not math.isnan(total):
         _family(out, "vllm:cache_config_info", "gauge", "KV cache configuration (value 1).",
                 [f'vllm:cache_config_info{{block_size="{int(page_size)}",'
                  f'num_gpu_blocks="{int(total)}"}} 1'])
-    if sglang_names:
-        _family(out, "sglang:num_queue_reqs", "gauge", "Requests waiting (SGLang's name).",
-                [f"sglang:num_queue_reqs {_fmt(waiting)}"])
-        _family(out, "sglang:num_running_reqs", "gauge", "Requests running (SGLang's name).",
-                [f"sglang:num_running_reqs {_fmt(running)}"])
-        _family(out, "sglang:token_usage", "gauge",
-                "KV cache usage, 0-1 (SGLang's name; equals vllm:kv_cache_usage_perc).",
-                [f"sglang:token_usage {_fmt(usage)}"])
 
 
 def _by_base(engine: Mapping[str, float]) -> dict[str, list[tuple[str, float]]]:
