@@ -89,15 +89,19 @@ def test_refused_peers_leave_a_stream_in_flight_unharmed(guarded: tuple[str, Run
             first = next(chunks)
             # the detokenizer stops: the rest of the answer waits in the transport meanwhile
             with svc.paused("detokenizer"):
+                # the raw connections first: the intruders reconnect every few ms, and while
+                # the detokenizer is frozen they fill its listen backlog, where a later silent
+                # connection would be dropped by the kernel and never reach the transport
+                for port in ports:
+                    garbage = socket.create_connection(("127.0.0.1", port))
+                    garbage.sendall(os.urandom(512))
+                    silent = socket.create_connection(("127.0.0.1", port))
+                    held += [garbage, silent]
                 for port in ports:
                     tx = intruders.push(f"{scheme}://127.0.0.1:{port}")
                     threads.append(threading.Thread(target=_send_until_closed, args=(tx,),
                                                     daemon=True))
                     threads[-1].start()
-                    garbage = socket.create_connection(("127.0.0.1", port))
-                    garbage.sendall(os.urandom(512))
-                    silent = socket.create_connection(("127.0.0.1", port))
-                    held += [garbage, silent]
             _wait_for_refusals(svc, ports)
             rest = list(chunks)
         finish = [c["choices"][0]["finish_reason"] for c in [first, *rest] if c["choices"]]
