@@ -18,7 +18,9 @@ from minisgl_core.testing.service import launch_service
 
 from .conftest import hub_repos
 
-ARGS = ["--max-seq-len-override", "256", "--num-pages", "64"]
+# One torch thread, as in tests/service: OpenMP threads that wait for each other crawl when
+# other processes hold the cores.
+ARGS = ["--max-seq-len-override", "256", "--num-pages", "64", "-s", "num_threads=1"]
 PROMPT = "The capital of France is"
 
 
