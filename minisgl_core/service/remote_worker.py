@@ -15,7 +15,7 @@ import msgspec
 from minisgl_core.interfaces import ChannelClosed
 from minisgl_core.service import remote
 from minisgl_core.service.spec import WorkerSpec
-from minisgl_core.service.worker import _set_title, exit_now, run_command
+from minisgl_core.service.worker import exit_now, run_command, set_title
 
 log = logging.getLogger("minisgl.worker")
 
@@ -118,7 +118,7 @@ def _beat(transport: Any, assignment: remote.Assignment) -> None:
 def worker_command(role: str, connect: str, transport_name: str, table: dict[str, Any],
                    **options: Any) -> None:
     """``minisgl worker``'s body: log to stderr, run the role, exit with its code."""
-    _set_title(f"minisgl::{role}")  # named as the launcher's own workers are
+    set_title(f"minisgl::{role}")  # named as the launcher's own workers are
     logging.basicConfig(level="INFO",
                         format=f"%(asctime)s remote-{role} %(levelname)s %(message)s")
     run_command(lambda: run_remote(role, connect, transport_name, table, **options),

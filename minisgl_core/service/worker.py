@@ -29,7 +29,7 @@ def worker_main(spec: WorkerSpec) -> None:
     if spec.cpus and hasattr(os, "sched_setaffinity"):  # before torch sizes its thread pool
         os.sched_setaffinity(0, spec.cpus)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher leads shutdown
-    _set_title(f"minisgl::{spec.name}")
+    set_title(f"minisgl::{spec.name}")
     logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
                         format=f"%(asctime)s {spec.name} %(levelname)s %(message)s")
     from minisgl_core.plugin.loading import build_manager, collect
@@ -167,7 +167,8 @@ def die_with_parent() -> None:
             pass
 
 
-def _set_title(title: str) -> None:
+def set_title(title: str) -> None:
+    """Name this process ``title`` in ps and top (when setproctitle is installed)."""
     try:
         import setproctitle
 
