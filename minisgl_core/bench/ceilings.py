@@ -113,12 +113,13 @@ def measure(seconds: float = 1.5) -> Ceilings:
 
 def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
     """The decode cost of a model from its config.json alone (no weights loaded): every layer's
-    q/k/v, o, gate/up and down matmuls plus the LM head; under int8 the layers hold one byte per
-    weight and a 4-byte scale per output channel, except quant.FP32_ROLES."""
+    q/k/v, o, gate/up and down matmuls plus the LM head, each stored as quant.role_scheme says
+    (int8 and int8-wo: a byte a weight and a 4-byte scale per output channel; int4: 0.625 bytes
+    a weight, scale and min included; else fp32)."""
     from pathlib import Path
 
     from minisgl_core.engine.config import ModelConfig
-    from minisgl_core.engine.quant import FP32_ROLES
+    from minisgl_core.engine.quant import role_scheme
 
     c = ModelConfig.from_dir(Path(model_dir))
     q, kv, inter, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, \
@@ -128,8 +129,15 @@ def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
               "down": (n * h, inter), "lm_head": (c.vocab_size, h)}  # (outputs, inputs)
     size = fp32 = int8 = 0
     for role, (out, inp) in shapes.items():
-        if quantization == "int8" and role not in FP32_ROLES:
-            size, int8 = size + out * inp + 4 * out, int8 + out * inp
+        scheme = role_scheme(role, quantization)
+        if scheme in ("int8", "int8-wo"):
+            size += out * inp + 4 * out
+        elif scheme == "int4":
+            size += out * inp * 5 // 8
         else:
-            size, fp32 = size + 4 * out * inp, fp32 + out * inp
+            size += 4 * out * inp
+        if scheme == "int8":  # weight-only schemes compute in fp32
+            int8 += out * inp
+        else:
+            fp32 += out * inp
     return ModelCost(size, fp32, int8)

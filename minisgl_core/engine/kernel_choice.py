@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from minisgl_core.engine.linear import BUCKETS, Kernel, all_kernels, fp32_kernels
-from minisgl_core.engine.quant import FP32_ROLES, int8_kernels
+from minisgl_core.engine.quant import int8_kernels, role_scheme
 from minisgl_core.engine.wo_quant import weight_only_kernels
 
 log = logging.getLogger(__name__)
@@ -86,16 +86,16 @@ def cpu_model() -> str:
 def candidates(role: str, device: torch.device, dtype: torch.dtype,
                quantization: str | None) -> list[Kernel]:
     """The kernels that can run this role here, in tie-break order."""
-    quantized = quantization is not None and role not in FP32_ROLES
-    if not quantized:
+    scheme = role_scheme(role, quantization)
+    if scheme is None:
         pool = fp32_kernels()
-    elif quantization == "int8":
+    elif scheme == "int8":
         pool = int8_kernels()
     else:
-        pool = weight_only_kernels(str(quantization))
+        pool = weight_only_kernels(scheme)
     found = [k for k in pool if k.available(device, dtype)]
-    if quantized and not found:
-        raise RuntimeError(f"--quantization {quantization} needs an {quantization} matmul kernel, "
+    if scheme is not None and not found:
+        raise RuntimeError(f"--quantization {quantization} needs an {scheme} matmul kernel, "
                            "and none works "
                            f"here (tried {', '.join(k.name for k in pool)}; torch "
                            f"{torch.__version__}, quantized engines "
@@ -111,7 +111,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
 
     ``shared``: roles whose weight another part of the model keeps too (a tied LM head is the
     embedding table); they get only kernels that use that tensor as it is, so it stays one copy
-    (108 MiB on the default model), unless ``MINISGL_LINEAR`` forces another.
+    (108 MiB on the default model), unless ``MINISGL_LINEAR`` forces another or none does (a
+    quantized head is a copy of its own, a quarter or less of the table's bytes).
     A choice measured on a busy machine (``load()``, the load average per core, above
     ``BUSY_LOAD``) is cached too, but measured again at the first start on a quiet one: timings
     taken beside other work can pick a kernel 1.8x slower at 32 rows.

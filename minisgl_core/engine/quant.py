@@ -13,7 +13,7 @@ the same Kernel interface as the fp32 ones (linear.py), timed against each other
   symmetrically per token to [-127, 127] in torch.
 
 torch's weight-only ``_weight_int8pack_mm`` is not offered: on AVX2 hosts it measured 4-50x
-slower than fp32. The embeddings, the LM head and q/k/v stay fp32 (see FP32_ROLES).
+slower than fp32. The embeddings, the LM head and q/k/v stay fp32 (see FP32_ROLES, role_scheme).
 """
 
 from __future__ import annotations
@@ -35,6 +35,19 @@ QUANTIZATIONS = ("int8", "int8-wo", "int4")
 # every matmul in int8 cost +5.6%, all but the head +4.1%, all but head and q/k/v +1.3%: the
 # residual stream has a few huge channels that per-token int8 inputs of q/k/v resolve poorly.
 FP32_ROLES = frozenset({"lm_head", "qkv"})
+# Weight-only modes keep their inputs unrounded, so that reason does not hold for them: every
+# matmul is quantized. Under int4 the LM head takes int8-wo, as llama.cpp keeps its output
+# matrix above 4 bits (the default model's GGUF stores it, the tied embedding, as Q8_0).
+WO_HEAD_SCHEME = {"int8-wo": "int8-wo", "int4": "int8-wo"}
+
+
+def role_scheme(role: str, quantization: str | None) -> str | None:
+    """The scheme ``role``'s matmul runs under ``--quantization`` (None: the engine's dtype)."""
+    if quantization is None or (quantization == "int8" and role in FP32_ROLES):
+        return None
+    if role == "lm_head":
+        return WO_HEAD_SCHEME.get(quantization, quantization)
+    return quantization
 
 
 def _has_vnni() -> bool:

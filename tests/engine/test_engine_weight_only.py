@@ -8,6 +8,7 @@ import logging
 import pytest
 import torch
 
+from minisgl_core.bench.ceilings import config_cost, model_cost
 from minisgl_core.engine import native
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
@@ -126,7 +127,8 @@ def test_the_choice_takes_the_fastest_kernel_per_bucket_on_one_copy(tmp_path) ->
                     timer=timer, load=lambda: 0.0, budget_s=300)  # a budget a slow host meets
     assert choice.source.startswith("measured") and "partly" not in choice.source
     names = choice.names()
-    assert not any(n.startswith("int4") for n in names["qkv"] + names["lm_head"])  # FP32_ROLES
+    assert all(n.startswith("int4") for n in names["qkv"])  # inputs unrounded: qkv too
+    assert all(n.startswith("int8-wo") for n in names["lm_head"])  # the head a step above
     if native.library() is not None:
         assert names["down"] == ["int4", "int4", "int4", "int4-dequant"]
     else:
@@ -169,9 +171,15 @@ def test_tiny_model_generates_and_int8_wo_follows_fp32(tiny_models, fp32_tokens,
     assert facts["quantization"] == scheme and f"down: 1 {scheme}" in facts["kernels"]
     layer = engine.model.layers[0]
     assert layer.down.kernels[0].quantized == scheme
-    assert layer.qkv.kernels[0].quantized is None  # kept in the engine's dtype (FP32_ROLES)
+    assert layer.qkv.kernels[0].quantized == scheme  # unlike int8's, its inputs unrounded
+    assert engine.model.lm_head.kernels[0].quantized == "int8-wo"  # int4's too (role_scheme)
     dense = layer.down.in_features * layer.down.out_features * 4
     assert layer.down.nbytes() < dense / (3 if scheme == "int8-wo" else 5)  # one packed copy
+    # the benchmarks' roofline from config.json alone counts the bytes the engine holds
+    held, estimate = model_cost(engine.model), config_cost(str(model.path), scheme)
+    assert estimate.fp32_params == held.fp32_params and estimate.int8_params == 0
+    assert abs(estimate.weight_bytes - held.weight_bytes) <= 0.02 * held.weight_bytes, (
+        estimate, held)
     tokens = _greedy(engine, 6)
     assert [len(t) for t in tokens] == [6] * len(PROMPTS)
     if scheme == "int8-wo":  # within 0.5% per weight: the same greedy tokens as fp32's
