@@ -112,13 +112,18 @@ def test_abort_soak_ends_with_every_replica_idle(service: RunningService) -> Non
             with lock:
                 errors.append(f"request {i}: {exc!r}")
 
-    with ThreadPoolExecutor(16) as ex:
-        list(ex.map(run, range(40)))
-    assert errors == []
-    m = service.wait_metrics(idle, what="both replicas idle, every page free")
-    # 20 aborted of 40, on both replicas (a few may finish before their abort arrives)
-    aborted = [a - b for a, b in zip(replica(m, aborts, 0.0), before, strict=True)]
-    assert sum(aborted) >= 10 and all(a > 0 for a in aborted), aborted
+    # 20 of each round's 40 are aborted, on both replicas, unless the tiny model (400 tokens in
+    # well under a second) finishes them before a slow client closes its stream: on a loaded
+    # host another round is run, up to 5
+    for round_ in range(5):
+        with ThreadPoolExecutor(16) as ex:
+            list(ex.map(run, range(40 * round_, 40 * round_ + 40)))
+        assert errors == []
+        m = service.wait_metrics(idle, what="both replicas idle, every page free")
+        aborted = [a - b for a, b in zip(replica(m, aborts, 0.0), before, strict=True)]
+        if sum(aborted) >= 10 and all(a > 0 for a in aborted):
+            break
+    assert sum(aborted) >= 10 and all(a > 0 for a in aborted), f"aborted {aborted} in 5 rounds"
 
 
 # The synthetic scheduler at 20 tokens/s: a 400-token answer is still streaming when killed.
