@@ -15,8 +15,10 @@ import datetime
 import errno
 import itertools
 import logging
+import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,9 +132,23 @@ class _Watched:
     bound: bool
     succeeded: int = 0
     failed: int = 0
-    # fd -> (succeeded, failed) when it was accepted: if neither moved by the time the fd
-    # disconnects, that connection never reached a handshake (garbage, or a non-zmq peer)
-    accepted: dict[int, tuple[int, int]] | None = None
+    # fd -> (succeeded, failed, when) when it was accepted: if neither count moved by the time
+    # the fd disconnects, that connection never reached a handshake (garbage, or a non-zmq
+    # peer); ``when`` (monotonic s, inf once its timeout is reported) dates its handshake timer
+    accepted: dict[int, tuple[int, int, float]] | None = None
+
+    def timed_out(self, handshake_ms: int) -> bool:
+        """Whether a connection accepted here has waited ``handshake_ms`` for its handshake (the
+        oldest such is then counted as reported). libzmq reports its handshake timer with
+        whatever errno its I/O thread last set (EPROTO after a garbage peer's protocol error),
+        so the event's value alone cannot say it was the timer."""
+        if not self.accepted:
+            return False
+        fd, (ok, bad, when) = min(self.accepted.items(), key=lambda item: item[1][2])
+        if time.monotonic() - when < 0.9 * handshake_ms / 1000:  # 0.9: the timer's own slack
+            return False
+        self.accepted[fd] = (ok, bad, math.inf)
+        return True
 
 
 class Guard:
@@ -235,20 +251,25 @@ class Guard:
         elif kind & (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                      | zmq.EVENT_HANDSHAKE_FAILED_AUTH):
             w.failed += 1
-            reason = _reason(kind, value, w.bound, self._handshake_ms)
+            timer = (kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and w.bound
+                     and w.timed_out(self._handshake_ms))
+            reason = _reason(kind, value, w.bound, self._handshake_ms, timer)
             if reason is not None:
                 (self._refusals.refused if w.bound else self._refusals.failed)(w.endpoint, reason)
         elif w.accepted is not None and kind == zmq.EVENT_ACCEPTED:
-            w.accepted[value] = (w.succeeded, w.failed)
+            w.accepted[value] = (w.succeeded, w.failed, time.monotonic())
         elif w.accepted is not None and kind == zmq.EVENT_DISCONNECTED:
-            if w.accepted.pop(value, None) == (w.succeeded, w.failed):
+            ok, bad, _ = w.accepted.pop(value, (-1, -1, 0.0))
+            if (ok, bad) == (w.succeeded, w.failed):
                 self._refusals.refused(w.endpoint, "it closed or was closed before any "
                                                    "handshake (not a zmq peer, or garbage)")
         return True
 
 
-def _reason(kind: int, value: int, bound: bool, handshake_ms: int) -> str | None:
-    """Why a handshake failed, in words; None when the ZAP handler has said it already."""
+def _reason(kind: int, value: int, bound: bool, handshake_ms: int, timer: bool = False
+            ) -> str | None:
+    """Why a handshake failed, in words; None when the ZAP handler has said it already.
+    ``timer``: a connection has waited out the handshake timer (whatever ``value`` says)."""
     if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
         return None if bound else "the other side refused our key (keys differ?)"
     if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
@@ -257,6 +278,6 @@ def _reason(kind: int, value: int, bound: bool, handshake_ms: int) -> str | None
         if value == _MECHANISM_MISMATCH:
             return "one side uses CURVE and the other does not (keys set on one side only?)"
         return f"zmq protocol error 0x{value:08x}"
-    if value in (0, errno.EAGAIN):  # the handshake timer ran out
+    if timer or value in (0, errno.EAGAIN):  # the handshake timer ran out
         return f"no handshake within handshake_ms={handshake_ms}"
     return f"the handshake broke off ({os.strerror(value)})"

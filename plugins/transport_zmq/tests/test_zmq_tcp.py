@@ -94,3 +94,25 @@ def test_key_files_that_others_may_read_are_refused(tmp_path: Path) -> None:
     (keys / "zmq" / "server.key_secret").unlink()
     with pytest.raises(ValueError, match="server.key_secret is missing"):
         _zmq(keys)
+
+
+def test_the_handshake_timer_is_named_whatever_errno_libzmq_passes() -> None:
+    """libzmq reports its handshake timer as a no-detail failure with whatever errno its I/O
+    thread last set (once, under load, EPROTO from another peer's protocol error): a connection
+    that has waited the timer out is what says it was the timer."""
+    import errno
+
+    import zmq
+    from minisgl_transport_zmq.security import _reason, _Watched
+
+    no_detail = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    w = _Watched("tcp://127.0.0.1:1", bound=True, accepted={})
+    w.accepted[7] = (0, 0, time.monotonic())  # just accepted: too young for the timer
+    assert not w.timed_out(500)
+    w.accepted[8] = (0, 0, time.monotonic() - 0.6)  # waited 600 ms of a 500 ms timer
+    assert w.timed_out(500)
+    assert not w.timed_out(500)  # that one is reported once
+    timer = _reason(no_detail, errno.EPROTO, True, 500, timer=True)
+    assert timer == "no handshake within handshake_ms=500"
+    assert _reason(no_detail, errno.EAGAIN, True, 500) == timer
+    assert _reason(no_detail, errno.EPIPE, True, 500) == "the handshake broke off (Broken pipe)"
