@@ -38,15 +38,14 @@ FP32_ROLES = frozenset({"lm_head", "qkv"})
 # Weight-only modes keep their inputs unrounded, so that reason does not hold for them: every
 # matmul is quantized. Under int4 the LM head takes int8-wo, as llama.cpp keeps its output
 # matrix above 4 bits (the default model's GGUF stores it, the tied embedding, as Q8_0).
-WO_HEAD_SCHEME = {"int8-wo": "int8-wo", "int4": "int8-wo"}
 
 
 def role_scheme(role: str, quantization: str | None) -> str | None:
     """The scheme ``role``'s matmul runs under ``--quantization`` (None: the engine's dtype)."""
     if quantization is None or (quantization == "int8" and role in FP32_ROLES):
         return None
-    if role == "lm_head":
-        return WO_HEAD_SCHEME.get(quantization, quantization)
+    if role == "lm_head" and quantization == "int4":
+        return "int8-wo"
     return quantization
 
 

@@ -123,7 +123,8 @@ def test_abort_soak_ends_with_every_replica_idle(service: RunningService) -> Non
         aborted = [a - b for a, b in zip(replica(m, aborts, 0.0), before, strict=True)]
         if sum(aborted) >= 10 and all(a > 0 for a in aborted):
             break
-    assert sum(aborted) >= 10 and all(a > 0 for a in aborted), f"aborted {aborted} in 5 rounds"
+    else:
+        pytest.fail(f"aborted {aborted} per replica in 5 rounds: under 10, or none on one")
 
 
 # The synthetic scheduler at 20 tokens/s: a 400-token answer is still streaming when killed.
