@@ -25,7 +25,8 @@ API_KEY = "reliability-key-7f3a9c"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 # small context: fuzzed requests stay cheap (max_tokens >= 256 is a 400) and over-context is easy
 CONTEXT = 256
-BASE_ARGS = ["--max-seq-len-override", str(CONTEXT), "--num-pages", "256", "--page-size", "16"]
+BASE_ARGS = ["--max-seq-len-override", str(CONTEXT), "--num-pages", "256", "--page-size", "16",
+             "-s", "num_threads=1"]
 
 
 # `make soak` sets MINISGL_SOAK_REQUESTS; the slow scenarios run only then
