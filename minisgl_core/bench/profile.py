@@ -3,8 +3,8 @@
 The step time is the median of unprofiled decode steps; the split comes from torch.profiler's
 self CPU times over as many profiled steps, so "python" (step time minus every op's time: the
 interpreter, scheduling, sampling bookkeeping) is approximate. Ops are sorted by name into
-matmul (dense, oneDNN and int8 kernels), attention (the KV gather and store, SDPA) and the rest
-(norms, rotary, SiLU x up, residual adds, sampling...).
+matmul (dense, oneDNN, int8 and the native weight-only kernels), attention (the KV gather and
+store, SDPA) and the rest (norms, rotary, SiLU x up, residual adds, sampling...).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import statistics
 import time
 from typing import Any
 
+from minisgl_core.engine.wo_quant import PROFILE_NAMES
+
 MATMUL = {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "quantized::linear_dynamic",
-          "aten::_int_mm"}
+          "aten::_int_mm", *PROFILE_NAMES}
 ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::index_select",
              "aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::_softmax",
              "aten::index_copy_", "aten::index_put_"}

@@ -142,6 +142,7 @@ def make_app(
     bench_app.command("offline")(bench_commands.bench_offline)
     bench_app.command("quality")(bench_commands.bench_quality)
     bench_app.command("speculative")(bench_commands.bench_speculative)
+    bench_app.command("kernels")(bench_commands.bench_kernels)
     bench_app.command("serve")(serve_command)
     bench_app.command("compare")(compare_command)
     app.add_typer(bench_app, name="bench")

@@ -1,5 +1,6 @@
-"""``minisgl bench transport``, ``bench offline`` and ``bench quality`` (``bench serve`` and
-``bench compare`` are defined beside their benchmarks in ``minisgl_core.bench``)."""
+"""``minisgl bench transport``, ``offline``, ``quality``, ``speculative`` and ``kernels``
+(``bench serve`` and ``bench compare`` are defined beside their benchmarks in
+``minisgl_core.bench``)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,21 @@ def bench_speculative(
     raise typer.Exit(run(model=model, requests=requests, max_tokens=max_tokens,
                          concurrencies=concurrency or [1, 8], k=num_speculative_tokens,
                          threads=threads, repeat=repeat, json_lines=json_))
+
+
+def bench_kernels(
+    model: Annotated[str | None, typer.Option(help="Model directory or name (its shapes).")] = None,
+    rows: Annotated[list[int] | None, typer.Option(help="Input rows (repeat).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    isa: Annotated[str | None, typer.Option(
+        help="c, avx2 or avx512 (default: the widest this CPU runs).")] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per case; the best counts.")] = 5,
+    json_: JsonOpt = False,
+) -> None:
+    """The native weight-only kernels alone on a model's layer shapes: GB/s of packed weight
+    read, against the host's read bandwidth."""
+    if isa not in (None, "c", "avx2", "avx512"):
+        raise fail(f'--isa must be c, avx2 or avx512, got "{isa}"')
+    run = lazy_entry("minisgl_core.bench.wo_kernels:main", "the kernel benchmark")
+    raise typer.Exit(run(model=model, rows=rows or [1, 2, 4, 8], threads=threads, isa=isa,
+                         repeat=repeat, json_lines=json_))

@@ -31,6 +31,8 @@ GROUP = 32  # inputs per int4 group (fixed in wo_matmul.c)
 # Q4_1 (scale and min per group) rather than Q4_0 (symmetric): on the default model's weights
 # its round-trip error is lower (docs/benchmarks.md), at the same bytes here (both keep a min).
 SYMMETRIC = False
+# what torch.profiler calls the native kernels' time (bench/profile.py counts it as matmul)
+PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4")
 TILE_ELEMS = 1 << 20  # weights dequantized at a time by the *-dequant kernels (4 MB in fp32)
 
 
@@ -99,11 +101,18 @@ def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None =
     y = torch.empty(rows, out)
     threads, path = torch.get_num_threads(), -1 if isa is None else isa
     if isinstance(w, Int8Weight):
-        lib.wo_int8(x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(), out,
-                    y.data_ptr(), threads, path)
+        args: tuple[int, ...] = (x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(),
+                                 out, y.data_ptr(), threads, path)
+        kernel, name = lib.wo_int8, PROFILE_NAMES[0]
     else:
-        lib.wo_int4(x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(),
-                    w.min.data_ptr(), out, y.data_ptr(), threads, path)
+        args = (x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(), w.min.data_ptr(),
+                out, y.data_ptr(), threads, path)
+        kernel, name = lib.wo_int4, PROFILE_NAMES[1]
+    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
+        with torch.profiler.record_function(name):
+            kernel(*args)
+    else:
+        kernel(*args)
     return y
 
 

@@ -30,8 +30,9 @@ from minisgl_core.wire.schema import SamplingParams
 
 SCHEMES = ("int8-wo", "int4")
 # (out, in): the default model's o / down-sized layers, and odd widths (a partial int4 group,
-# an int8 row that is no multiple of the vector width, an out that splits unevenly over threads)
-SHAPES = [(576, 576), (37, 100), (1536, 576), (40, 1536), (5, 33)]
+# an int8 row that is no multiple of the vector width, an out that splits unevenly over threads,
+# int4 blocks of four groups followed by a lone group and a partial one)
+SHAPES = [(576, 576), (37, 100), (1536, 576), (40, 1536), (5, 33), (23, 300)]
 ROWS = (1, 2, 3, 8, 33)
 
 
@@ -184,3 +185,31 @@ def test_tiny_model_generates_and_int8_wo_follows_fp32(tiny_models, fp32_tokens,
     assert [len(t) for t in tokens] == [6] * len(PROMPTS)
     if scheme == "int8-wo":  # within 0.5% per weight: the same greedy tokens as fp32's
         assert tokens == fp32_tokens
+
+
+@pytest.mark.skipif(native.library() is None, reason=f"no native library: {native.failure()}")
+def test_kernel_benchmark_reads_every_layer_weight_once_per_pass(
+        tiny_models, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from minisgl_core.bench import wo_kernels
+    from minisgl_core.engine.config import ModelConfig
+
+    path = tiny_models["llama"]
+    threads = torch.get_num_threads()
+    try:
+        assert wo_kernels.main(str(path), [1, 3], threads=1, isa=None, repeat=1,
+                               json_lines=True) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["scheme"], r["rows"]) for r in rows] == [
+        ("int8-wo", 1), ("int8-wo", 3), ("int4", 1), ("int4", 3)]
+    c = ModelConfig.from_dir(path)
+    head = c.vocab_size * c.hidden_size + 4 * c.vocab_size  # int8-wo: a byte a weight + scale
+    layers_bytes = config_cost(str(path), "int8-wo").weight_bytes - head
+    assert rows[0]["bytes"] == rows[1]["bytes"] == layers_bytes
+    assert 0 < rows[2]["bytes"] == rows[3]["bytes"] < rows[0]["bytes"]
+    for r in rows:
+        assert r["gb_s"] == pytest.approx(r["bytes"] / r["ms"] / 1e6, rel=0.01)
+        assert r["share_of_read"] == pytest.approx(r["gb_s"] / r["read_gb_s"], abs=1e-3)

@@ -9,9 +9,21 @@
  * 1 AVX2+FMA, 2 AVX-512; the caller picks (wo_best_isa says what the CPU runs).
  */
 #include <stdint.h>
+#include <stdlib.h>
 
 #define TILE 4
 #define GROUP 32
+/* How far ahead of the weight being read the next is asked for: the row's end and the rows after
+ * it, which the hardware prefetcher alone fetched too late (int8 at one row: 21-23 GB/s without,
+ * 26-28 GB/s with, 2 threads, a 36 GB/s host; docs/benchmarks.md) */
+#define PREFETCH_BYTES 2048
+#define BLOCK_FLOATS (9 * 16)  /* a block's inputs in lane order (8 x 16), then its lane x-sums */
+
+/* one row of x rearranged for the AVX-512 int4 blocks: [blocks][BLOCK_FLOATS] */
+typedef struct {
+    const float *x;
+    int blocks;
+} Blocked;
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -79,6 +91,7 @@ INL2 void i8_tile_avx2(const float *x, int in, const int8_t *w, float s, float *
     for (int t = 0; t < nt; t++) a[t] = b[t] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 16 <= in; i += 16) {
+        _mm_prefetch((const char *)(w + i + PREFETCH_BYTES), _MM_HINT_T0);
         __m128i raw = _mm_loadu_si128((const __m128i *)(w + i));
         __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
         __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8)));
@@ -164,6 +177,7 @@ INL5 void i8_tile_avx512(const float *x, int in, const int8_t *w, float s, float
     for (int t = 0; t < nt; t++) a[t] = b[t] = _mm512_setzero_ps();
     int i = 0;
     for (; i + 32 <= in; i += 32) {
+        _mm_prefetch((const char *)(w + i + PREFETCH_BYTES), _MM_HINT_T0);
         __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + i))));
         __m512 w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + i + 16))));
         for (int t = 0; t < nt; t++) {
@@ -197,12 +211,13 @@ T5 static void i8_row_avx512(const float *x, int T, int in, const int8_t *w, flo
     }
 }
 
-INL5 void i4_tile_avx512(const float *x, int in, const uint8_t *w, const uint16_t *sc,
+/* The per-group path: groups g0.. of nt (1..TILE) rows; constant nt at each call site */
+INL5 void i4_tile_avx512(const float *x, int in, int g0, const uint8_t *w, const uint16_t *sc,
                          const uint16_t *mn, float *y, int out, const int nt) {
     __m512 a[TILE], b[TILE];
     for (int t = 0; t < nt; t++) a[t] = b[t] = _mm512_setzero_ps();
     const __m128i low4 = _mm_set1_epi8(0x0f);
-    int full = in / GROUP, g = 0;
+    int full = in / GROUP, g = g0;
     for (; g < full; g++) {
         __m128i raw = _mm_loadu_si128((const __m128i *)(w + g * 16));
         __m128i lo = _mm_and_si128(raw, low4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
@@ -228,14 +243,80 @@ INL5 void i4_tile_avx512(const float *x, int in, const uint8_t *w, const uint16_
     }
 }
 
-T5 static void i4_row_avx512(const float *x, int T, int in, const uint8_t *w,
+/* One row, four groups (64 bytes, 128 weights) at a time. As 16 dwords, dword k holds 8 nibbles
+ * of group k / 4; a shift puts nibble p at bits 19-22 and one vpternlogd masks it and ORs in
+ * 1.0's exponent, giving the float f = 1 + nib / 16 without a conversion. So 16 integer ops
+ * unpack 128 weights where the per-group path spends 24, and every lane stays in one group: with
+ * s16 = 16 scale and m16 = min - 16 scale the weight is f * s16 + m16, and a lane adds
+ * s16 * sum(f x) + m16 * sum(x) once per block. bx holds the row's inputs in lane order and their
+ * sums (i4_blocks_prep). */
+#define NIB_FLOAT(q, p) _mm512_castsi512_ps(_mm512_ternarylogic_epi32( \
+    (p) <= 4 ? _mm512_slli_epi32(q, 19 - 4 * (p)) : _mm512_srli_epi32(q, 4 * (p) - 19), \
+    nib_bits, one_bits, 0xEA))  /* (A & B) | C */
+
+INL5 float i4_blocks_avx512(const Blocked *bx, const uint8_t *w, const uint16_t *sc,
+                            const uint16_t *mn) {
+    const __m512i nib_bits = _mm512_set1_epi32(0x00780000), one_bits = _mm512_set1_epi32(0x3f800000);
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512 sixteen = _mm512_set1_ps(16.0f);
+    __m512 acc = _mm512_setzero_ps();
+    for (int blk = 0; blk < bx->blocks; blk++) {
+        __m512i q = _mm512_loadu_si512((const void *)(w + blk * 64));
+        _mm_prefetch((const char *)(w + blk * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+        __m512 s16 = _mm512_mul_ps(sixteen, _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + 4 * blk))))));
+        __m512 m16 = _mm512_sub_ps(_mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(mn + 4 * blk))))), s16);
+        const float *xb = bx->x + (int64_t)blk * BLOCK_FLOATS;
+        __m512 d0 = _mm512_mul_ps(NIB_FLOAT(q, 0), _mm512_loadu_ps(xb));  /* two chains */
+        __m512 d1 = _mm512_mul_ps(NIB_FLOAT(q, 1), _mm512_loadu_ps(xb + 16));
+        d0 = _mm512_fmadd_ps(NIB_FLOAT(q, 2), _mm512_loadu_ps(xb + 32), d0);
+        d1 = _mm512_fmadd_ps(NIB_FLOAT(q, 3), _mm512_loadu_ps(xb + 48), d1);
+        d0 = _mm512_fmadd_ps(NIB_FLOAT(q, 4), _mm512_loadu_ps(xb + 64), d0);
+        d1 = _mm512_fmadd_ps(NIB_FLOAT(q, 5), _mm512_loadu_ps(xb + 80), d1);
+        d0 = _mm512_fmadd_ps(NIB_FLOAT(q, 6), _mm512_loadu_ps(xb + 96), d0);
+        d1 = _mm512_fmadd_ps(NIB_FLOAT(q, 7), _mm512_loadu_ps(xb + 112), d1);
+        acc = _mm512_fmadd_ps(_mm512_add_ps(d0, d1), s16, acc);
+        acc = _mm512_fmadd_ps(m16, _mm512_loadu_ps(xb + 128), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+#undef NIB_FLOAT
+
+/* out [blocks][BLOCK_FLOATS]: one row's inputs of each block in the order lane k's nibble p
+ * reads them (dword k is bytes 4 (k % 4) .. 4 (k % 4) + 3 of group k / 4, a byte's low nibble
+ * element j of its group, its high one element j + 16), then the sum of every lane's 8 inputs */
+T5 static void i4_blocks_prep(const float *x, int blocks, float *out) {
+    const __m512i lane = _mm512_setr_epi32(0, 4, 8, 12, 32, 36, 40, 44, 64, 68, 72, 76,
+                                           96, 100, 104, 108);
+    for (int blk = 0; blk < blocks; blk++) {
+        const float *src = x + blk * 4 * GROUP;
+        float *dst = out + (int64_t)blk * BLOCK_FLOATS;
+        __m512 sum = _mm512_setzero_ps();
+        for (int p = 0; p < 8; p++) {
+            __m512i at = _mm512_add_epi32(lane, _mm512_set1_epi32((p >> 1) + 16 * (p & 1)));
+            __m512 v = _mm512_i32gather_ps(at, src, 4);
+            _mm512_storeu_ps(dst + p * 16, v);
+            sum = _mm512_add_ps(sum, v);
+        }
+        _mm512_storeu_ps(dst + 8 * 16, sum);
+    }
+}
+
+T5 static void i4_row_avx512(const float *x, int T, int in, const Blocked *bx, const uint8_t *w,
                              const uint16_t *sc, const uint16_t *mn, float *y, int out) {
+    if (bx->blocks > 0) {  /* one row: whole blocks, then the groups after them */
+        float head = i4_blocks_avx512(bx, w, sc, mn);
+        i4_tile_avx512(x, in, 4 * bx->blocks, w, sc, mn, y, out, 1);
+        y[0] += head;
+        return;
+    }
     int t = 0;
-    for (; t + TILE <= T; t += TILE) i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, TILE);
+    for (; t + TILE <= T; t += TILE) i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, TILE);
     switch (T - t) {
-    case 1: i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, 1); break;
-    case 2: i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, 2); break;
-    case 3: i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, 3); break;
+    case 1: i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, 1); break;
+    case 2: i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, 2); break;
+    case 3: i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, 3); break;
     }
 }
 #endif
@@ -275,14 +356,27 @@ void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *sc
              const uint16_t *mn, int out, float *y, int threads, int isa) {
     isa = clamp_isa(isa);
     int groups = (in + GROUP - 1) / GROUP;
+    /* blocks at one row only: from two rows up the per-group path, whose dequantized vectors
+     * serve every row of a tile, measured faster (docs/benchmarks.md) */
+    Blocked bx = {NULL, isa == 2 && T == 1 ? in / GROUP / 4 : 0};
+    float *buf = NULL;
+    if (bx.blocks > 0) {
+        buf = malloc(sizeof(float) * (size_t)bx.blocks * BLOCK_FLOATS);
+        if (buf == NULL) bx.blocks = 0;  /* the per-group path needs no buffer */
+#ifdef HAVE_X86
+        else i4_blocks_prep(x, bx.blocks, buf);
+#endif
+        bx.x = buf;
+    }
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int o = 0; o < out; o++) {
         const uint8_t *w = q + (int64_t)o * groups * 16;
         const uint16_t *s = scale + (int64_t)o * groups, *m = mn + (int64_t)o * groups;
 #ifdef HAVE_X86
-        if (isa == 2) { i4_row_avx512(x, T, in, w, s, m, y + o, out); continue; }
+        if (isa == 2) { i4_row_avx512(x, T, in, &bx, w, s, m, y + o, out); continue; }
         if (isa == 1) { i4_row_avx2(x, T, in, w, s, m, y + o, out); continue; }
 #endif
         i4_row_c(x, T, in, w, s, m, y + o, out);
     }
+    free(buf);
 }

@@ -1,0 +1,86 @@
+"""The weight-only kernels alone, as a decode step runs them: every matmul of a model's layers
+(q/k/v, o, gate/up, down; distinct weights per layer, so nothing stays in cache) at a few row
+counts, as GB/s of packed weight streamed and a share of the host's read bandwidth measured in
+the same run. The LM head and everything that is not a matmul are left out (``bench offline``
+times whole steps)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+SCHEMES = ("int8-wo", "int4")
+
+
+def layer_shapes(model_dir: str) -> tuple[int, list[tuple[int, int]]]:
+    """The layer count and one layer's matmuls as (outputs, inputs), fused as the engine fuses
+    them (q/k/v and gate/up)."""
+    from pathlib import Path
+
+    from minisgl_core.engine.config import ModelConfig
+
+    c = ModelConfig.from_dir(Path(model_dir))
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    h, inter = c.hidden_size, c.intermediate_size
+    return c.num_layers, [(q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter)]
+
+
+def stream_rate(scheme: str, layers: int, shapes: list[tuple[int, int]], rows: int,
+                isa: int | None, repeat: int) -> tuple[float, float]:
+    """(best seconds for all layers' matmuls, packed bytes they read) for one scheme and rows."""
+    import torch
+
+    from minisgl_core.engine.wo_quant import WeightOnlyNative, native_matmul
+
+    kernel = WeightOnlyNative(scheme)
+    gen = torch.Generator().manual_seed(0)
+    packed = [[kernel.pack(torch.randn(*s, generator=gen) * 0.02) for s in shapes]
+              for _ in range(layers)]
+    xs = [torch.randn(rows, s[1], generator=gen) for s in shapes]
+    nbytes = sum(kernel.nbytes(p) for layer in packed for p in layer)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for layer in packed:
+            for x, p in zip(xs, layer, strict=True):
+                native_matmul(x, p, isa)
+        best = min(best, time.perf_counter() - start)
+    return best, nbytes
+
+
+def main(model: str | None, rows: list[int], threads: int | None, isa: str | None,
+         repeat: int, json_lines: bool) -> int:
+    """Print one line (or JSON object) per scheme and row count; 1 when the library is absent."""
+    import torch
+
+    from minisgl_core.bench.ceilings import measure
+    from minisgl_core.engine import native
+    from minisgl_core.plugin.model_lookup import resolve
+
+    if native.library() is None:
+        print(f"bench kernels: the native library is not available: {native.failure()}")
+        return 1
+    if threads:
+        torch.set_num_threads(threads)
+    path = isa if isa is not None else {v: k for k, v in native.ISAS.items()}[native.best_isa()]
+    resolved = resolve(model)
+    layers, shapes = layer_shapes(resolved.path)
+    ceilings = measure()
+    if not json_lines:
+        print(f"{resolved.path}: {layers} layers of {shapes} (outputs, inputs), path {path}, "
+              f"{torch.get_num_threads()} threads, best of {repeat}")
+        print(ceilings.line())
+    for scheme in SCHEMES:
+        for n in rows:
+            seconds, nbytes = stream_rate(scheme, layers, shapes, n, native.ISAS[path], repeat)
+            gb_s = nbytes / seconds / 1e9
+            row: dict[str, Any] = {"scheme": scheme, "rows": n, "path": path,
+                                   "bytes": nbytes, "ms": round(seconds * 1e3, 3),
+                                   "gb_s": round(gb_s, 2),
+                                   "share_of_read": round(gb_s / ceilings.read_gb_s, 3),
+                                   "read_gb_s": round(ceilings.read_gb_s, 2)}
+            print(json.dumps(row) if json_lines else
+                  f"{scheme:8} rows {n:3}: {seconds * 1e3:7.2f} ms, {gb_s:5.1f} GB/s = "
+                  f"{gb_s / ceilings.read_gb_s:4.0%} of the read bandwidth")
+    return 0
