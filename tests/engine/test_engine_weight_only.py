@@ -213,3 +213,17 @@ def test_kernel_benchmark_reads_every_layer_weight_once_per_pass(
     for r in rows:
         assert r["gb_s"] == pytest.approx(r["bytes"] / r["ms"] / 1e6, rel=0.01)
         assert r["share_of_read"] == pytest.approx(r["gb_s"] / r["read_gb_s"], abs=1e-3)
+
+
+@pytest.mark.skipif(native.library() is None, reason=f"no native library: {native.failure()}")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_profiler_sees_the_native_kernels_as_matmul(scheme: str) -> None:
+    from torch.profiler import profile
+
+    from minisgl_core.bench.profile import MATMUL
+
+    packed = _packed(scheme, torch.randn(64, 96) * 0.05)
+    with profile() as prof:
+        native_matmul(torch.randn(1, 96), packed)  # type: ignore[arg-type]
+    seen = {e.key: e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL}
+    assert list(seen) == [f"minisgl::wo_{scheme.removesuffix('-wo')}"] and all(seen.values())

@@ -246,10 +246,10 @@ INL5 void i4_tile_avx512(const float *x, int in, int g0, const uint8_t *w, const
 /* One row, four groups (64 bytes, 128 weights) at a time. As 16 dwords, dword k holds 8 nibbles
  * of group k / 4; a shift puts nibble p at bits 19-22 and one vpternlogd masks it and ORs in
  * 1.0's exponent, giving the float f = 1 + nib / 16 without a conversion. So 16 integer ops
- * unpack 128 weights where the per-group path spends 24, and every lane stays in one group: with
- * s16 = 16 scale and m16 = min - 16 scale the weight is f * s16 + m16, and a lane adds
- * s16 * sum(f x) + m16 * sum(x) once per block. bx holds the row's inputs in lane order and their
- * sums (i4_blocks_prep). */
+ * unpack 128 weights where the per-group path spends 28 and 8 FMAs, and every lane stays in one
+ * group: with s16 = 16 scale and m16 = min - 16 scale the weight is f * s16 + m16, and a lane
+ * adds s16 * sum(f x) + m16 * sum(x) once per block. bx holds the row's inputs in lane order and
+ * their sums (i4_blocks_prep). */
 #define NIB_FLOAT(q, p) _mm512_castsi512_ps(_mm512_ternarylogic_epi32( \
     (p) <= 4 ? _mm512_slli_epi32(q, 19 - 4 * (p)) : _mm512_srli_epi32(q, 4 * (p) - 19), \
     nib_bits, one_bits, 0xEA))  /* (A & B) | C */
