@@ -75,11 +75,11 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
         for n in rows:
             seconds, nbytes = stream_rate(scheme, layers, shapes, n, native.ISAS[path], repeat)
             gb_s = nbytes / seconds / 1e9
-            row: dict[str, Any] = {"scheme": scheme, "rows": n, "path": path,
-                                   "bytes": nbytes, "ms": round(seconds * 1e3, 3),
-                                   "gb_s": round(gb_s, 2),
-                                   "share_of_read": round(gb_s / ceilings.read_gb_s, 3),
-                                   "read_gb_s": round(ceilings.read_gb_s, 2)}
+            # unrounded: on a slow host or a tiny model a rounded rate says little
+            row: dict[str, Any] = {"scheme": scheme, "rows": n, "path": path, "bytes": nbytes,
+                                   "ms": seconds * 1e3, "gb_s": gb_s,
+                                   "share_of_read": gb_s / ceilings.read_gb_s,
+                                   "read_gb_s": ceilings.read_gb_s}
             print(json.dumps(row) if json_lines else
                   f"{scheme:8} rows {n:3}: {seconds * 1e3:7.2f} ms, {gb_s:5.1f} GB/s = "
                   f"{gb_s / ceilings.read_gb_s:4.0%} of the read bandwidth")
