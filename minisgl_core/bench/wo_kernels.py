@@ -51,7 +51,8 @@ def stream_rate(scheme: str, layers: int, shapes: list[tuple[int, int]], rows: i
 
 def main(model: str | None, rows: list[int], threads: int | None, isa: str | None,
          repeat: int, json_lines: bool) -> int:
-    """Print one line (or JSON object) per scheme and row count; 1 when the library is absent."""
+    """Print one line (or JSON object) per scheme and row count; 1 when the library is absent
+    or ``isa`` is wider than this CPU runs."""
     import torch
 
     from minisgl_core.bench.ceilings import measure
@@ -63,7 +64,11 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
         return 1
     if threads:
         torch.set_num_threads(threads)
-    path = isa if isa is not None else {v: k for k, v in native.ISAS.items()}[native.best_isa()]
+    widest = {v: k for k, v in native.ISAS.items()}[native.best_isa()]
+    if isa is not None and native.ISAS[isa] > native.ISAS[widest]:
+        print(f"bench kernels: this CPU runs {widest} at most, not {isa}")
+        return 1
+    path = isa or widest
     resolved = resolve(model)
     layers, shapes = layer_shapes(resolved.path)
     ceilings = measure()

@@ -227,3 +227,15 @@ def test_the_profiler_sees_the_native_kernels_as_matmul(scheme: str) -> None:
         native_matmul(torch.randn(1, 96), packed)  # type: ignore[arg-type]
     seen = {e.key: e.self_cpu_time_total for e in prof.key_averages() if e.key in MATMUL}
     assert list(seen) == [f"minisgl::wo_{scheme.removesuffix('-wo')}"] and all(seen.values())
+
+
+@pytest.mark.skipif(native.library() is None, reason=f"no native library: {native.failure()}")
+def test_kernel_benchmark_refuses_a_path_wider_than_the_cpu(
+        tiny_models, monkeypatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from minisgl_core.bench import wo_kernels
+
+    monkeypatch.setattr(native, "best_isa", lambda: native.ISAS["avx2"])  # an AVX2-only host
+    assert wo_kernels.main(str(tiny_models["llama"]), [1], threads=1, isa="avx512", repeat=1,
+                           json_lines=True) == 1
+    said = capsys.readouterr().out.strip()
+    assert said == "bench kernels: this CPU runs avx2 at most, not avx512"
