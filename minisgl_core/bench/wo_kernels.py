@@ -7,8 +7,14 @@ times whole steps)."""
 from __future__ import annotations
 
 import json
+import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minisgl_core.engine.wo_quant import Int4Weight, Int8Weight
+
+    Packed = list[list[Int8Weight | Int4Weight]]  # [layer][matmul]
 
 SCHEMES = ("int8-wo", "int4")
 
@@ -26,19 +32,28 @@ def layer_shapes(model_dir: str) -> tuple[int, list[tuple[int, int]]]:
     return c.num_layers, [(q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter)]
 
 
-def stream_rate(scheme: str, layers: int, shapes: list[tuple[int, int]], rows: int,
-                isa: int | None, repeat: int) -> tuple[float, float]:
-    """(best seconds for all layers' matmuls, packed bytes they read) for one scheme and rows."""
+def pack_layers(scheme: str, layers: int, shapes: list[tuple[int, int]]
+                ) -> tuple[Packed, int]:
+    """Random weights of every layer's matmuls packed as ``scheme``, and their packed bytes."""
     import torch
 
-    from minisgl_core.engine.wo_quant import WeightOnlyNative, native_matmul
+    from minisgl_core.engine.wo_quant import WeightOnlyNative
 
     kernel = WeightOnlyNative(scheme)
     gen = torch.Generator().manual_seed(0)
     packed = [[kernel.pack(torch.randn(*s, generator=gen) * 0.02) for s in shapes]
               for _ in range(layers)]
-    xs = [torch.randn(rows, s[1], generator=gen) for s in shapes]
-    nbytes = sum(kernel.nbytes(p) for layer in packed for p in layer)
+    return packed, sum(kernel.nbytes(p) for layer in packed for p in layer)
+
+
+def stream_seconds(packed: Packed, shapes: list[tuple[int, int]], rows: int, isa: int | None,
+                   repeat: int) -> float:
+    """The best of ``repeat`` passes over every packed layer with ``rows`` input rows."""
+    import torch
+
+    from minisgl_core.engine.wo_quant import native_matmul
+
+    xs = [torch.randn(rows, s[1]) for s in shapes]
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -46,7 +61,7 @@ def stream_rate(scheme: str, layers: int, shapes: list[tuple[int, int]], rows: i
             for x, p in zip(xs, layer, strict=True):
                 native_matmul(x, p, isa)
         best = min(best, time.perf_counter() - start)
-    return best, nbytes
+    return best
 
 
 def main(model: str | None, rows: list[int], threads: int | None, isa: str | None,
@@ -60,13 +75,14 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
     from minisgl_core.plugin.model_lookup import resolve
 
     if native.library() is None:
-        print(f"bench kernels: the native library is not available: {native.failure()}")
+        print(f"bench kernels: the native library is not available: {native.failure()}",
+              file=sys.stderr)
         return 1
     if threads:
         torch.set_num_threads(threads)
     widest = {v: k for k, v in native.ISAS.items()}[native.best_isa()]
     if isa is not None and native.ISAS[isa] > native.ISAS[widest]:
-        print(f"bench kernels: this CPU runs {widest} at most, not {isa}")
+        print(f"bench kernels: this CPU runs {widest} at most, not {isa}", file=sys.stderr)
         return 1
     path = isa or widest
     resolved = resolve(model)
@@ -77,8 +93,9 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
               f"{torch.get_num_threads()} threads, best of {repeat}")
         print(ceilings.line())
     for scheme in SCHEMES:
+        packed, nbytes = pack_layers(scheme, layers, shapes)
         for n in rows:
-            seconds, nbytes = stream_rate(scheme, layers, shapes, n, native.ISAS[path], repeat)
+            seconds = stream_seconds(packed, shapes, n, native.ISAS[path], repeat)
             gb_s = nbytes / seconds / 1e9
             # unrounded: on a slow host or a tiny model a rounded rate says little
             row: dict[str, Any] = {"scheme": scheme, "rows": n, "path": path, "bytes": nbytes,

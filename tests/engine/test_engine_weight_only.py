@@ -237,5 +237,5 @@ def test_kernel_benchmark_refuses_a_path_wider_than_the_cpu(
     monkeypatch.setattr(native, "best_isa", lambda: native.ISAS["avx2"])  # an AVX2-only host
     assert wo_kernels.main(str(tiny_models["llama"]), [1], threads=1, isa="avx512", repeat=1,
                            json_lines=True) == 1
-    said = capsys.readouterr().out.strip()
+    said = capsys.readouterr().err.strip()
     assert said == "bench kernels: this CPU runs avx2 at most, not avx512"
