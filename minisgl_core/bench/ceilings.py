@@ -14,7 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minisgl_core.engine.config import ModelConfig
 
 MIB = 1 << 20
 
@@ -111,22 +114,30 @@ def measure(seconds: float = 1.5) -> Ceilings:
     return Ceilings(torch.get_num_threads(), read, fp32, int8)
 
 
+def layer_matmuls(model_dir: str) -> tuple[ModelConfig, dict[str, tuple[int, int]]]:
+    """A model's config and one layer's matmuls by role as (outputs, inputs), fused as the engine
+    fuses them (q/k/v, gate/up), from config.json alone."""
+    from pathlib import Path
+
+    from minisgl_core.engine.config import ModelConfig
+
+    c = ModelConfig.from_dir(Path(model_dir))
+    q, kv, inter, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, \
+        c.intermediate_size, c.hidden_size
+    return c, {"qkv": (q + 2 * kv, h), "o": (h, q), "gate_up": (2 * inter, h),
+               "down": (h, inter)}
+
+
 def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
     """The decode cost of a model from its config.json alone (no weights loaded): every layer's
     q/k/v, o, gate/up and down matmuls plus the LM head, each stored as quant.role_scheme says
     (int8 and int8-wo: a byte a weight and a 4-byte scale per output channel; int4: 0.625 bytes
     a weight, scale and min included; else fp32)."""
-    from pathlib import Path
-
-    from minisgl_core.engine.config import ModelConfig
     from minisgl_core.engine.quant import role_scheme
 
-    c = ModelConfig.from_dir(Path(model_dir))
-    q, kv, inter, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, \
-        c.intermediate_size, c.hidden_size
-    n = c.num_layers
-    shapes = {"qkv": (n * (q + 2 * kv), h), "o": (n * h, q), "gate_up": (n * 2 * inter, h),
-              "down": (n * h, inter), "lm_head": (c.vocab_size, h)}  # (outputs, inputs)
+    c, layer = layer_matmuls(model_dir)
+    shapes = {role: (c.num_layers * out, inp) for role, (out, inp) in layer.items()}
+    shapes["lm_head"] = (c.vocab_size, c.hidden_size)  # (outputs, inputs)
     size = fp32 = int8 = 0
     for role, (out, inp) in shapes.items():
         scheme = role_scheme(role, quantization)

@@ -19,19 +19,6 @@ if TYPE_CHECKING:
 SCHEMES = ("int8-wo", "int4")
 
 
-def layer_shapes(model_dir: str) -> tuple[int, list[tuple[int, int]]]:
-    """The layer count and one layer's matmuls as (outputs, inputs), fused as the engine fuses
-    them (q/k/v and gate/up)."""
-    from pathlib import Path
-
-    from minisgl_core.engine.config import ModelConfig
-
-    c = ModelConfig.from_dir(Path(model_dir))
-    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    h, inter = c.hidden_size, c.intermediate_size
-    return c.num_layers, [(q + 2 * kv, h), (h, q), (2 * inter, h), (h, inter)]
-
-
 def pack_layers(scheme: str, layers: int, shapes: list[tuple[int, int]]
                 ) -> tuple[Packed, int]:
     """Random weights of every layer's matmuls packed as ``scheme``, and their packed bytes."""
@@ -70,7 +57,7 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
     or ``isa`` is wider than this CPU runs."""
     import torch
 
-    from minisgl_core.bench.ceilings import measure
+    from minisgl_core.bench.ceilings import layer_matmuls, measure
     from minisgl_core.engine import native
     from minisgl_core.plugin.model_lookup import resolve
 
@@ -86,7 +73,8 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
         return 1
     path = isa or widest
     resolved = resolve(model)
-    layers, shapes = layer_shapes(resolved.path)
+    config, by_role = layer_matmuls(resolved.path)
+    layers, shapes = config.num_layers, list(by_role.values())
     ceilings = measure()
     if not json_lines:
         print(f"{resolved.path}: {layers} layers of {shapes} (outputs, inputs), path {path}, "
