@@ -55,9 +55,10 @@ soak: setup
 	MINISGL_RELIABILITY_OUT=results/reliability.jsonl \
 	$(BIN)/python -m pytest -q -s -m slow tests/reliability
 
-# Other engines for `minisgl bench compare --peer NAME`, each in its own venv (.venv-NAME), never
+# Other engines for `minisgl bench compare --peer NAME`, each in its own folder (.venv-NAME), never
 # part of `make test`: `make bench-peers` (vLLM for CPU), `make bench-peers PEERS=vllm,llamacpp`
-# (llama.cpp is compiled from source: ~25 min on 2 cores). Then the HF-format default model.
+# (llama.cpp's own C++ server, compiled from source for this CPU: ~10 min on 2 cores, twice where
+# its AMX backend crashes). Then the HF-format default model.
 PEERS ?= vllm
 VLLM_VERSION := 0.32.0
 LLAMACPP_VERSION := 0.3.36
@@ -78,11 +79,10 @@ bench-peers: setup $(foreach p,$(subst $(comma), ,$(PEERS)),.venv-$(p)/.installe
 	.venv-vllm/bin/python -c "import vllm"
 	touch $@
 
-.venv-llamacpp/.installed:
-	test -x .venv-llamacpp/bin/python || $(PYTHON) -m venv .venv-llamacpp
-	.venv-llamacpp/bin/python -m pip install -q --upgrade pip
-	.venv-llamacpp/bin/python -m pip install -q 'llama-cpp-python[server]==$(LLAMACPP_VERSION)'
-	.venv-llamacpp/bin/python -c "import llama_cpp.server"
+# the source the llama-cpp-python sdist vendors, built with cmake and ninja (not its Python server)
+.venv-llamacpp/.installed: $(STAMP)
+	bash benchmarks/build_llamacpp.sh .venv-llamacpp $(LLAMACPP_VERSION) $(BIN)/python \
+		"$$($(BIN)/python -c 'from minisgl_core.store.default_model import find_default_gguf as f; print(f())')"
 	touch $@
 
 clean:

