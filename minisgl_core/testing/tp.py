@@ -49,7 +49,7 @@ def _rank_main(fn: Callable[..., Any], rank: int, size: int, port: int, args: tu
 
 
 def run_ranks(fn: Callable[..., Any], size: int, *args: Any,
-              timeout: float = 120.0) -> dict[int, Any]:
+              timeout: float = 300.0) -> dict[int, Any]:
     """``fn(rank, size, port, *args)`` on ``size`` spawned ranks (``fn`` importable by name);
     every rank's return value. RuntimeError with a rank's traceback if one raised."""
     ctx = mp.get_context("spawn")
@@ -88,14 +88,14 @@ def _generate_rank(rank: int, size: int, port: int, model: str, prompts: list[li
 
     resolved = resolve(model)
     engine = start_rank(EngineConfig(model=resolved.path, **options), resolved.model_class, rank,
-                        size, "127.0.0.1", port, timeout_s=60)
+                        size, "127.0.0.1", port)
     result = _generate(engine, prompts, max_tokens) if rank == 0 else engine.follow()
     engine.close()
     return result
 
 
 def generate_tp(model: str, prompts: Sequence[Sequence[int]], max_tokens: int, size: int,
-                timeout: float = 120.0, **options: Any) -> tuple[list[list[int]], float]:
+                timeout: float = 300.0, **options: Any) -> tuple[list[list[int]], float]:
     """Greedy tokens from ``size`` ranks (spawned, gloo on 127.0.0.1) and rank 0's seconds."""
     got = run_ranks(_generate_rank, size, model, [list(p) for p in prompts], max_tokens,
                     dict(options), timeout=timeout)

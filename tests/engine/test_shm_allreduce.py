@@ -13,7 +13,7 @@ from minisgl_core.testing.tp import all_reduce_rank, run_ranks
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_shared_memory_sums_equal_on_every_rank(size: int) -> None:
-    got = run_ranks(all_reduce_rank, size, True, timeout=90)
+    got = run_ranks(all_reduce_rank, size, True, timeout=300)
     assert all(out["shm"] for out in got.values())
     for i in range(3):
         sums = [got[r]["sums"][i] for r in range(size)]
@@ -24,7 +24,7 @@ def test_shared_memory_sums_equal_on_every_rank(size: int) -> None:
 
 
 def test_switched_off_uses_gloo() -> None:
-    got = run_ranks(all_reduce_rank, 2, False, timeout=90)
+    got = run_ranks(all_reduce_rank, 2, False, timeout=300)
     assert not any(out["shm"] for out in got.values())
     assert got[0]["sums"][0] == got[0]["gloo"][0]
 
