@@ -184,3 +184,55 @@ def test_serve_drops_refused_ignore_eos(strict_server: str) -> None:
     assert (level["completed"], level["failures"]) == (6, 0)
     assert level["output_tokens"] == 6 * len(CHUNKS)  # no usage chunk: one token per text chunk
     assert level["prompt_tokens"] == 0
+
+
+# ---- a server that closes each connection after a streamed answer, unannounced --------------
+
+async def _closing_server(unanswered: list[bytes]) -> Any:
+    """HTTP/1.1 on 127.0.0.1 that streams one SSE answer per connection, then closes it
+    without `Connection: close` (as llama.cpp's server does), a moment after the answer;
+    what arrived on it meanwhile (a request it will not answer) goes to ``unanswered``."""
+    import asyncio
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
+        await reader.readexactly(length)
+        events = [{"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+        body = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n"
+                     + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
+        await writer.drain()
+        try:  # the client sends its next request on this connection at once
+            unanswered.append(await asyncio.wait_for(reader.read(1), 0.05))
+        except TimeoutError:
+            pass
+        writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def test_a_connection_the_server_closed_is_retried_on_a_new_one() -> None:
+    import asyncio
+
+    import aiohttp
+
+    unanswered: list[bytes] = []
+
+    async def run() -> list[serve.Record]:
+        server = await _closing_server(unanswered)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+        out = []
+        async with server, aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=1)) as session:
+            for _ in range(4):  # each next one goes out on the pooled connection at once
+                out.append(await serve.one_request(session, url, body))
+        return out
+
+    records = asyncio.run(run())
+    assert [(r.ok, r.error) for r in records] == [(True, "")] * 4
+    assert b"P" in unanswered  # some went out on a connection being closed: sent again

@@ -62,9 +62,9 @@ async def _sse_data(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 async def one_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Record:
     """Stream one chat completion; TTFT is the first chunk with text (or any chunk if none).
 
-    A request whose pooled connection the server had already closed (HTTP keep-alive ends
-    when the server says: llama.cpp's server closes idle ones) fails before a byte is sent;
-    it is sent once more on a new connection, as OpenAI's clients do, timed from the first try.
+    A request whose pooled connection the server had already closed (llama.cpp's server
+    closes each after a streamed answer, without saying so) fails before a byte is sent; it is
+    sent once more on a new connection, as OpenAI's clients do, timed from the first try.
     """
     import aiohttp
 
@@ -72,8 +72,10 @@ async def one_request(session: aiohttp.ClientSession, url: str, body: dict[str, 
     try:
         try:
             return await _stream(session, url, body, start)
-        except _Unsent:
-            return await _stream(session, url, body, start)
+        except _Unsent:  # any other pooled connection may be closed too: a new one, for sure
+            async with aiohttp.ClientSession(headers=session.headers,
+                                             timeout=session.timeout) as fresh:
+                return await _stream(fresh, url, body, start)
     except (_Unsent, aiohttp.ClientError, TimeoutError, ValueError) as exc:
         cause = exc.__cause__ if isinstance(exc, _Unsent) else exc
         return Record(False, start, math.nan, time.perf_counter() - start, 0, 0,
