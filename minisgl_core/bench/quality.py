@@ -7,6 +7,11 @@ tokens. The engine's model runs it as one sequence, in chunks of ``CHUNK`` token
 KV cache, and the perplexity is ``exp(mean(-log p(token i | tokens < i)))`` over tokens 2..N.
 Agreement: 16 chats (the offline benchmark's prompts), 32 greedy tokens each, EOS ignored; the
 share of tokens equal to fp32's before the first difference, and how many chats match entirely.
+
+With ``peer="llamacpp"`` every engine is also measured as llama.cpp's ``llama-perplexity``
+measures (``LLAMACPP_CTX``-token chunks, each on its own, the second half of each scored), and
+llama.cpp itself runs on the default model's GGUF (Q4_1) and on the Q8_0 written from it, on
+the same tokens: its figure and ours are the same quantity, so they compare.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 CHUNK = 512  # tokens per forward: bounds the [CHUNK, vocab] fp32 logits (100 MB for 49k)
+LLAMACPP_CTX = 512  # llama-perplexity's default context, the chunk of its method
 TARGET_PPL_RATIO = 1.03  # int8 perplexity within 3% of fp32's
 # the other modes' targets (perplexity at most this times fp32's): weight-only keeps activations
-TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05}
+TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05, "bf16": 1.005}
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,16 @@ class Quality:
     chats: int
     paris: bool  # "What is the capital of France?" is answered with Paris
     answer: str
+    perplexity_llamacpp: float | None = None  # by llama-perplexity's method, where asked
+
+
+@dataclass(frozen=True)
+class PeerPerplexity:
+    """llama.cpp's own perplexity of a GGUF on the same tokens, by its method."""
+
+    system: str  # "llama.cpp Q4_1"
+    tokens: int
+    perplexity: float
 
 
 def corpus_text() -> str:
@@ -45,8 +61,9 @@ def corpus_text() -> str:
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
-def perplexity(engine: Any, ids: Sequence[int]) -> float:
-    """The perplexity of ``ids`` as one sequence under the engine's model (its own forward)."""
+def _nll(engine: Any, ids: Sequence[int], first: int = 0) -> tuple[float, int]:
+    """Summed -log p(ids[i+1] | ids[:i+1]) for i in [first, n-1), ``ids`` as one sequence
+    under the engine's model (its own forward), and how many tokens that scored."""
     import torch
 
     from minisgl_core.engine.attention import build_metadata
@@ -62,12 +79,59 @@ def perplexity(engine: Any, ids: Sequence[int]) -> float:
                                       engine.device)
                 x = torch.tensor(ids[start:stop], device=engine.device)
                 hidden = engine.model.forward(x, meta, engine.kv, engine.workspace)
-                logp = torch.log_softmax(engine.model.logits(hidden).float(), -1)
-                nxt = torch.tensor(ids[start + 1:stop + 1], device=engine.device)
+                if stop <= first:
+                    continue  # context only
+                skip = max(first - start, 0)
+                logp = torch.log_softmax(engine.model.logits(hidden[skip:]).float(), -1)
+                nxt = torch.tensor(ids[start + skip + 1:stop + 1], device=engine.device)
                 nll -= float(logp.gather(1, nxt[:, None]).sum())
     finally:
         engine.allocator.free(pages)
-    return math.exp(nll / (n - 1))
+    return nll, n - 1 - first
+
+
+def perplexity(engine: Any, ids: Sequence[int]) -> float:
+    """The perplexity of ``ids`` as one sequence under the engine's model (its own forward)."""
+    nll, count = _nll(engine, ids)
+    return math.exp(nll / count)
+
+
+def llamacpp_way_perplexity(engine: Any, ids: Sequence[int], n_ctx: int = LLAMACPP_CTX
+                            ) -> float:
+    """The perplexity as llama-perplexity computes it: ``ids`` cut into ``n_ctx``-token chunks
+    (a shorter tail dropped), each one sequence on its own, scoring the tokens after its first
+    half (``n_ctx - n_ctx // 2 - 1`` a chunk). The model adds no BOS, as llama.cpp there."""
+    total, count = 0.0, 0
+    for c in range(len(ids) // n_ctx):
+        nll, n = _nll(engine, ids[c * n_ctx:(c + 1) * n_ctx], n_ctx // 2)
+        total, count = total + nll, count + n
+    return math.exp(total / count)
+
+
+def llamacpp_perplexity(gguf: str, text: str, tokens: int, threads: int,
+                        n_ctx: int = LLAMACPP_CTX) -> float:
+    """llama.cpp's own ``llama-perplexity`` on ``gguf`` over ``text`` (written to a file),
+    ``tokens // n_ctx`` chunks of ``n_ctx`` tokens; its final estimate."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from minisgl_core.bench.peers import peer_venv
+
+    exe = peer_venv("llamacpp", program="llama-perplexity") / "bin" / "llama-perplexity"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "text.txt"
+        path.write_text(text)
+        done = subprocess.run([str(exe), "--model", gguf, "--file", str(path), "--ctx-size",
+                               str(n_ctx), "--chunks", str(tokens // n_ctx), "--threads",
+                               str(threads), "--batch-size", str(n_ctx)],
+                              capture_output=True, text=True)
+    found = re.search(r"Final estimate: PPL = ([0-9.]+)", done.stdout + done.stderr)
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"llama-perplexity failed ({done.returncode}):\n"
+                           f"{(done.stdout + done.stderr)[-2000:]}")
+    return float(found.group(1))
 
 
 def greedy_chats(engine: Any, chats: Sequence[str], max_tokens: int,
@@ -97,8 +161,10 @@ def _prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def main(model: str | None, quantization: Sequence[str | None], tokens: int = 4096,
-         max_tokens: int = 32, json_lines: bool = False, threads: int | None = None) -> int:
-    """Measure fp32 and each quantization; print a table (or JSON lines); 1 if a target fails."""
+         max_tokens: int = 32, json_lines: bool = False, threads: int | None = None,
+         bf16: bool = False, peer: str | None = None) -> int:
+    """Measure fp32, bf16 if asked, and each quantization (in fp32); with ``peer="llamacpp"``
+    llama.cpp too. Print a table (or JSON lines); 1 if a target fails."""
     import os
     from pathlib import Path
 
@@ -109,52 +175,85 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
     from minisgl_core.engine.engine import Engine
     from minisgl_core.plugin.model_lookup import resolve
 
+    if peer not in (None, "llamacpp"):
+        raise ValueError(f"bench quality knows one peer, llamacpp, got {peer!r}")
     torch.set_num_threads(threads or os.cpu_count() or 1)
     resolved = resolve(model)
     path = Path(resolved.path)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
-    systems = [None, *[q for q in quantization if q is not None]]
+    # (label, quantization, dtype); fp32 first: the others are compared with it
+    systems = [("fp32", None, "float32"), *([("bf16", None, "bfloat16")] if bf16 else []),
+               *[(q, q, "float32") for q in quantization if q is not None]]
     results: list[Quality] = []
     reference: list[list[int]] = []
     ids: list[int] = []
-    for q in systems:
+    text = ""
+    for label, q, dtype in systems:
         engine = Engine(EngineConfig(model=str(path), cache="naive", quantization=q,
-                                     num_threads=torch.get_num_threads()),
+                                     dtype=dtype, num_threads=torch.get_num_threads()),
                         resolved.model_class)
         if not ids:
             ids = list(engine.tokenizer.encode(corpus_text(), add_special_tokens=False))[:tokens]
+            text = engine.tokenizer.decode(ids)
             say(f"model {path.name}: perplexity over the first {len(ids)} tokens of "
                 f"pydoc_data.topics (Python {sys.version.split()[0]}), greedy agreement on "
                 f"{len(PROMPTS)} chats x {max_tokens} tokens")
         ppl = perplexity(engine, ids)
+        way = llamacpp_way_perplexity(engine, ids) if peer else None
         outs = greedy_chats(engine, PROMPTS, max_tokens)
         reference = reference or outs
         same = [_prefix(a, b) for a, b in zip(outs, reference, strict=True)]
         (answer,) = greedy_chats(engine, ["What is the capital of France?"], 16, False)
-        text = engine.tokenizer.decode(answer, skip_special_tokens=True)
-        results.append(Quality(q or "fp32", len(ids), ppl, sum(same) / (max_tokens * len(outs)),
+        answer_text = engine.tokenizer.decode(answer, skip_special_tokens=True)
+        results.append(Quality(label, len(ids), ppl, sum(same) / (max_tokens * len(outs)),
                                sum(s == max_tokens for s in same), len(outs),
-                               "Paris" in text, text.strip()))
+                               "Paris" in answer_text, answer_text.strip(), way))
         del engine
+    peers = _llamacpp_rows(text, len(ids), torch.get_num_threads()) if peer else []
     ok = all(r.paris for r in results) and all(
         r.perplexity <= TARGETS.get(r.system, TARGET_PPL_RATIO) * results[0].perplexity
         for r in results)
     if json_lines:
-        for r in results:
-            print(json.dumps(asdict(r)), flush=True)
+        for row in [*results, *peers]:
+            print(json.dumps(asdict(row)), flush=True)
     else:
-        print(markdown(results))
+        print(markdown(results, peers))
     return 0 if ok else 1
 
 
-def markdown(results: Sequence[Quality]) -> str:
-    """The results as a markdown table, perplexity also relative to fp32's."""
+def _llamacpp_rows(text: str, tokens: int, threads: int) -> list[PeerPerplexity]:
+    """llama.cpp's perplexity of the default model's GGUF (Q4_1) and of its Q8_0."""
+    from pathlib import Path
+
+    from minisgl_core.bench.peers import gguf_q8_0, peer_venv
+    from minisgl_core.store.default_model import find_default_gguf
+    from minisgl_core.store.paths import cache_dir
+
+    gguf = find_default_gguf()
+    q8 = gguf_q8_0(gguf, peer_venv("llamacpp", program="llama-quantize") / "bin",
+                   cache_dir() / "peers")
+    rows = []
+    for g in (gguf, q8):
+        kind = Path(g).name.rsplit(".", 2)[-2]
+        rows.append(PeerPerplexity(f"llama.cpp {kind}", tokens,
+                                   llamacpp_perplexity(str(g), text, tokens, threads)))
+    return rows
+
+
+def markdown(results: Sequence[Quality], peers: Sequence[PeerPerplexity] = ()) -> str:
+    """The results as a markdown table, perplexity also relative to fp32's; with peers, a
+    column of perplexity by llama.cpp's method and their rows."""
     base = results[0].perplexity
-    lines = ["| engine | perplexity | vs fp32 | greedy agreement | chats equal | Paris |",
-             "| :--- | ---: | ---: | ---: | ---: | :--- |"]
+    way = bool(peers) or any(r.perplexity_llamacpp is not None for r in results)
+    head, rule = (" perplexity, llama.cpp's method |", " ---: |") if way else ("", "")
+    lines = ["| engine | perplexity | vs fp32 | greedy agreement | chats equal | Paris |" + head,
+             "| :--- | ---: | ---: | ---: | ---: | :--- |" + rule]
     for r in results:
+        cell = f" {r.perplexity_llamacpp:.3f} |" if r.perplexity_llamacpp is not None else " |"
         lines.append(f"| {r.system} | {r.perplexity:.3f} | "
                      f"{100 * (r.perplexity / base - 1):+.2f}% | {100 * r.agreement:.1f}% | "
                      f"{r.chats_equal}/{r.chats} | "
-                     f"{'yes' if r.paris else 'no'}: {r.answer!r} |")
+                     f"{'yes' if r.paris else 'no'}: {r.answer!r} |{cell if way else ''}")
+    for p in peers:
+        lines.append(f"| {p.system} | | | | | | {p.perplexity:.3f} |")
     return "\n".join(lines)

@@ -87,14 +87,22 @@ def bench_quality(
         help="int8, int8-wo or int4: measure it against fp32 (fp32 alone without).")] = None,
     tokens: Annotated[int, typer.Option(min=2, help="Tokens of text for the perplexity.")] = 4096,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    bf16: Annotated[bool, typer.Option(help="Also measure the model in bf16.")] = False,
+    peer: Annotated[str | None, typer.Option(
+        help="llamacpp: also llama.cpp's own perplexity of the GGUF (Q4_1) and its Q8_0 on the "
+             "same tokens, and every row by its method (`make bench-peers PEERS=llamacpp`).")
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Perplexity on pydoc_data.topics and greedy agreement with fp32; exit 1 if int8 misses
-    its targets (perplexity within 3% of fp32's, "Paris" answered)."""
+    """Perplexity on pydoc_data.topics and greedy agreement with fp32; exit 1 if a mode misses
+    its target (perplexity within 3% of fp32's for int8, 0.5% for int8-wo and bf16, 5% for
+    int4; "Paris" answered)."""
     chosen = _quantizations(quantization or [])
+    if peer not in (None, "llamacpp"):
+        raise fail(f'--peer must be llamacpp, got "{peer}"')
     run = lazy_entry("minisgl_core.bench.quality:main", "the quality benchmark")
     raise typer.Exit(run(model=model, quantization=chosen, tokens=tokens, json_lines=json_,
-                         threads=threads))
+                         threads=threads, bf16=bf16, peer=peer))
 
 
 def bench_speculative(
