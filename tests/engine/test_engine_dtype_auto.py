@@ -37,9 +37,14 @@ def test_bf16_is_never_chosen_where_the_cpu_would_emulate_it(tiny_models: dict[s
     assert choice.dtype == "float32" and "AVX512-BF16" in choice.reason
 
 
-def test_quantized_auto_runs_in_fp32(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("quantization", ["int8", "int8-wo", "int4"])
+def test_quantized_auto_runs_in_fp32(tiny_models: dict[str, Path], tmp_path: Path,
+                                     quantization: str) -> None:
     cfg = ModelConfig.from_dir(tiny_models["llama"])
-    assert choose_dtype(cfg, CPU, "int8", cache=tmp_path).dtype == "float32"
+    choice = choose_dtype(cfg, CPU, quantization, cache=tmp_path)
+    assert choice == dtype_choice.DtypeChoice(
+        "float32", f"--quantization {quantization} runs in fp32")
+    assert not list(tmp_path.glob("linear-*.json"))  # decided without timing anything
 
 
 def test_an_auto_engine_runs_in_the_dtype_it_chose(tiny_models: dict[str, Path],
