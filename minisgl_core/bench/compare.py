@@ -21,6 +21,7 @@ import typer
 from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.offline import OfflineEngine
 from minisgl_core.bench.peers import PEERS, build_specs, check_names, start_peer, tree_rss_mb
+from minisgl_core.bench.results import known_names
 from minisgl_core.bench.serve import run_serve
 from minisgl_core.store.naming import model_name_of
 
@@ -36,11 +37,7 @@ def say(message: str) -> None:
 
 def check_modes(names: Sequence[str]) -> list[str]:
     """``names`` once each if each is one of MODES; else ValueError naming them."""
-    unknown = [n for n in names if n not in MODES]
-    if unknown:
-        raise ValueError(f"unknown mode {', '.join(map(repr, unknown))}: "
-                         f"known modes are {', '.join(MODES)}")
-    return list(dict.fromkeys(names))
+    return known_names("mode", names, list(MODES))
 
 
 def multiprocess_transports(names: Sequence[str] | None = None) -> list[str]:

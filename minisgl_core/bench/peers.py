@@ -31,12 +31,10 @@ class PeerNotInstalledError(RuntimeError):
 
 
 def check_names(names: Sequence[str]) -> list[str]:
-    """``names`` if each is a known peer; else ValueError naming the known ones."""
-    unknown = [n for n in names if n not in PEERS]
-    if unknown:
-        raise ValueError(f"unknown peer {', '.join(map(repr, unknown))}: "
-                         f"known peers are {', '.join(PEERS)}")
-    return list(dict.fromkeys(names))
+    """``names`` once each if each is a known peer; else ValueError naming the known ones."""
+    from minisgl_core.bench.results import known_names
+
+    return known_names("peer", names, PEERS)
 
 
 def peers_root() -> Path:

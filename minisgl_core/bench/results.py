@@ -1,5 +1,5 @@
 """What a load run measured: one request (Record), one concurrency level (ServeResult), and the
-percentile and markdown helpers the reports share."""
+percentile, markdown and option-checking helpers the benchmarks share."""
 
 from __future__ import annotations
 
@@ -7,6 +7,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+def known_names(kind: str, names: Sequence[str], known: Sequence[str]) -> list[str]:
+    """``names`` once each, in order, if each is in ``known``; else ValueError naming them
+    ("unknown peer 'x': known peers are vllm, llamacpp")."""
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown {kind} {', '.join(map(repr, unknown))}: "
+                         f"known {kind}s are {', '.join(known)}")
+    return list(dict.fromkeys(names))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
