@@ -165,10 +165,22 @@ def gguf_q8_0(gguf: Path, bin_dir: Path, out_dir: Path) -> Path:
         done = subprocess.run([str(bin_dir / "llama-quantize"), "--allow-requantize",
                                str(gguf), str(part), "Q8_0"], capture_output=True, text=True)
         if done.returncode != 0:
+            part.unlink(missing_ok=True)  # what it wrote before failing
             raise RuntimeError(f"llama-quantize failed ({done.returncode}):\n"
                                f"{done.stderr[-2000:]}")
         part.rename(out)
     return out
+
+
+def llamacpp_ggufs(root: Path | None = None) -> tuple[Path, Path]:
+    """The default model's GGUF (Q4_1) and the Q8_0 llama.cpp's llama-quantize writes from it
+    into the cache (PeerNotInstalledError if llama.cpp is not built)."""
+    from minisgl_core.store.default_model import find_default_gguf
+    from minisgl_core.store.paths import cache_dir
+
+    venv = peer_venv("llamacpp", root, "llama-quantize")
+    gguf = find_default_gguf()
+    return gguf, gguf_q8_0(gguf, venv / "bin", cache_dir() / "peers")
 
 
 def llamacpp_spec(gguf: Path, slots: int, root: Path | None = None) -> PeerSpec:
@@ -201,9 +213,7 @@ def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
     """The peers to start, in order: vLLM in fp32 and in the dtype it picks here; llama.cpp on
     the default model's GGUF (Q4_1) and on a Q8_0 written from it. Fails before anything
     starts if one is not installed. ``slots``: the most requests a peer serves at once."""
-    from minisgl_core.store.default_model import find_default_gguf
     from minisgl_core.store.naming import model_name_of
-    from minisgl_core.store.paths import cache_dir
 
     specs = []
     for name in check_names(names):
@@ -213,10 +223,8 @@ def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
             hf = hf_model_dir(path)
             specs += [vllm_spec(hf, model_name_of(path), dtype=d) for d in vllm_dtypes(cpu_flags())]
         else:
-            venv = peer_venv("llamacpp", program="llama-server")
-            gguf = find_default_gguf()
-            q8 = gguf_q8_0(gguf, venv / "bin", cache_dir() / "peers")
-            specs += [llamacpp_spec(g, slots) for g in (gguf, q8)]
+            peer_venv("llamacpp", program="llama-server")
+            specs += [llamacpp_spec(g, slots) for g in llamacpp_ggufs()]
     return specs + [command_spec(c) for c in commands]
 
 

@@ -223,21 +223,11 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
 
 def _llamacpp_rows(text: str, tokens: int, threads: int) -> list[PeerPerplexity]:
     """llama.cpp's perplexity of the default model's GGUF (Q4_1) and of its Q8_0."""
-    from pathlib import Path
+    from minisgl_core.bench.peers import llamacpp_ggufs
 
-    from minisgl_core.bench.peers import gguf_q8_0, peer_venv
-    from minisgl_core.store.default_model import find_default_gguf
-    from minisgl_core.store.paths import cache_dir
-
-    gguf = find_default_gguf()
-    q8 = gguf_q8_0(gguf, peer_venv("llamacpp", program="llama-quantize") / "bin",
-                   cache_dir() / "peers")
-    rows = []
-    for g in (gguf, q8):
-        kind = Path(g).name.rsplit(".", 2)[-2]
-        rows.append(PeerPerplexity(f"llama.cpp {kind}", tokens,
-                                   llamacpp_perplexity(str(g), text, tokens, threads)))
-    return rows
+    return [PeerPerplexity(f"llama.cpp {g.name.rsplit('.', 2)[-2]}", tokens,
+                           llamacpp_perplexity(str(g), text, tokens, threads))
+            for g in llamacpp_ggufs()]
 
 
 def markdown(results: Sequence[Quality], peers: Sequence[PeerPerplexity] = ()) -> str:
