@@ -197,7 +197,8 @@ def test_stop_returns_the_pages(browser: Any, service: RunningService) -> None:
         page.wait_for_function(f"() => document.querySelectorAll('.msg.assistant').length > "
                                f"{answers} && {LAST}.dataset.state !== 'streaming'",
                                timeout=WAIT_MS)
-        assert page.evaluate(f"() => {LAST}.dataset.state") == "stopped"
+        assert page.evaluate(f"() => {LAST}.dataset.state") == "stopped", page.evaluate(
+            f"() => {LAST}.textContent")  # an error's message, if that is what it shows
         assert page.evaluate("() => window.__stopWasShown") is True  # shown while streaming
         assert "stopped" in page.evaluate(f"() => {LAST}.querySelector('.meta').textContent")
         assert page.is_visible("#send") and page.is_hidden("#stop")

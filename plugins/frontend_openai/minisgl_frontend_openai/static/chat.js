@@ -115,7 +115,9 @@
         }
       }
     } catch (e) {
-      if (e.name === "AbortError") state = "stopped";
+      // after Stop, whatever the stream then fails with is the stop: Chrome may end a body
+      // read that an abort cut short with a network error instead of an AbortError
+      if (e.name === "AbortError" || controller.signal.aborted) state = "stopped";
       else { state = "error"; error = e.message; }
     }
     const ended = performance.now();
