@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from minisgl_core.text.hf import raw_decoder
@@ -89,12 +89,15 @@ def test_random_tokens_stream_equals_decode(smol, skip: bool) -> None:
 @given(text=st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)),
                     max_size=40),
        cuts=st.lists(st.integers(1, 3), min_size=1, max_size=4))
+@example(text="<|im_start|>", cuts=[1])  # a special token's text: skipped on both sides
 def test_encoded_text_round_trips_without_replacement_chars(smol, text: str,
                                                            cuts: list[int]) -> None:
     tok = smol[0]
     ids = tok.encode(text + " 😀世界", add_special_tokens=False)
     pieces = stream(raw_decoder(tok, True), tok.encode("Answer:"), ids, cuts)
-    full = tok.decode(ids)
+    # the stream skips special tokens: so does the reference (hypothesis draws the text of
+    # one, "<|im_start|>", which encodes to the special token even without add_special_tokens)
+    full = tok.decode(ids, skip_special_tokens=True)
     assert "".join(pieces) == full
     if REPLACEMENT not in full:  # (this tokenizer cannot encode a few rare code points)
         assert not any(REPLACEMENT in p for p in pieces)
