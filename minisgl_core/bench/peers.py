@@ -56,17 +56,6 @@ def peer_venv(name: str, root: Path | None = None, program: str = "python") -> P
     return venv
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def find_tcmalloc(dirs: Sequence[str] = LIB_DIRS) -> Path:
     """Debian's ``libtcmalloc-minimal4`` (vLLM for CPU runs much slower on glibc's malloc)."""
     for d in dirs:
@@ -213,6 +202,7 @@ def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
     """The peers to start, in order: vLLM in fp32 and in the dtype it picks here; llama.cpp on
     the default model's GGUF (Q4_1) and on a Q8_0 written from it. Fails before anything
     starts if one is not installed. ``slots``: the most requests a peer serves at once."""
+    from minisgl_core.engine.quant import cpu_flags
     from minisgl_core.store.naming import model_name_of
 
     specs = []

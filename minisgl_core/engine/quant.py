@@ -49,17 +49,21 @@ def role_scheme(role: str, quantization: str | None) -> str | None:
     return quantization
 
 
-def _has_vnni() -> bool:
-    """Whether the CPU has VNNI (int8 dot products summed in 32 bits, never saturating)."""
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+                    return set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return False
+    return set()
+
+
+def _has_vnni() -> bool:
+    """Whether the CPU has VNNI (int8 dot products summed in 32 bits, never saturating)."""
+    return bool(cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
 # The fbgemm kernel's inputs: 8 bits on VNNI hosts; 7 bits elsewhere, because AVX2's pairwise
