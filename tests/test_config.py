@@ -259,3 +259,21 @@ def test_dp_keys_are_checked() -> None:
                           "every tensor-parallel rank on this host")]:
         with pytest.raises(ConfigError, match=message):
             LaunchConfig(**bad)
+
+
+def test_compile_is_a_boolean_key_from_every_layer(tmp_path: Path) -> None:
+    assert load_config(env={}).compile is False  # off by default
+    assert load_config(env={"MINISGL_COMPILE": "1"}).compile is True
+    assert load_config(env={}, flags={"compile": True}).compile is True
+    assert load_config(env={"MINISGL_COMPILE": "on"}, overrides=["compile=false"]).compile is False
+    path = tmp_path / "c.toml"
+    path.write_text("compile = true\n")
+    assert load_config(path, env={}).compile is True
+    path.write_text('compile = "yes"\n')  # a file says what it means: a TOML boolean
+    with pytest.raises(ConfigError, match="compile must be true or false"):
+        load_config(path, env={})
+    with pytest.raises(ConfigError, match=r"compile must be true or false, got 'maybe'"):
+        load_config(env={}, overrides=["compile=maybe"])
+    cfg = load_config(env={}, overrides=["compile=true"])
+    path.write_text(to_toml(cfg))  # the dump writes it as a TOML boolean, which reads back
+    assert load_config(path, env={}) == cfg

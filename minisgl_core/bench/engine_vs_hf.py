@@ -99,8 +99,12 @@ def run_hf(model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int
 def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines: bool,
          profile: bool = False, threads: int | None = None, repeat: int = 3,
          tp: int = 1, quantization: Sequence[str | None] = (None,),
-         ceilings: bool = True, dtypes: Sequence[str] = ("float32",)) -> None:
+         ceilings: bool = True, dtypes: Sequence[str] = ("float32",),
+         compile_step: bool = False) -> None:
     """Run the comparison and print a table (or one JSON object per batch size and engine).
+
+    With ``compile_step`` every mode runs twice, eager and with its decode step compiled (the graphs
+    compiled, or loaded from inductor's cache, before anything is timed).
 
     With ``tp`` > 1 the engine is split over ``tp`` ranks on this host that share ``threads``
     between them (transformers keeps all of them); the peak memory is rank 0's.
@@ -121,19 +125,20 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     split = f", tensor-parallel over {tp} ranks" if tp > 1 else ""
     # int8 (W8A8) takes fp32 activations only: not paired with another dtype
-    modes = [(d, q) for d in dtypes for q in quantization if q != "int8" or d == "float32"]
-    systems = ", ".join(_label(d, q) for d, q in modes)
+    modes = [(d, q, c) for d in dtypes for q in quantization if q != "int8" or d == "float32"
+             for c in ((False, True) if compile_step else (False,))]
+    systems = ", ".join(_label(d, q, c) for d, q, c in modes)
     say(f"model {path.name}, engine {systems} vs transformers fp32, {threads} threads{split}, "
         f"{max_tokens} new tokens per prompt, best of {repeat}")
     per_rank = threads_per_rank(threads, tp)
     engines: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
-        for d, q in modes:
+        for d, q, c in modes:
             # no prefix cache: repeated runs of the same prompts must cost what the first one
             # did, as they do for transformers
             config = EngineConfig(model=str(path), num_threads=per_rank, cache="naive",
                                   max_running_requests=max(128, *batch_sizes), quantization=q,
-                                  dtype=d)
+                                  dtype=d, compile=c)
             if tp == 1:
                 engine = Engine(config, resolved.model_class)
             else:
@@ -142,20 +147,30 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
                 group = LocalGroup(config, resolved.model_class, tp)
                 stack.callback(group.close)
                 engine = group.engine
-            engines[_label(d, q)] = engine
+            label = _label(d, q, c)
+            engines[label] = engine
             facts = engine.info()
-            say(f"  {_label(d, q)}: dtype {facts['dtype']} ({facts['dtype_reason']}), "
+            say(f"  {label}: dtype {facts['dtype']} ({facts['dtype_reason']}), "
                 f"quantization {facts['quantization']}; kernels {facts['kernels']}")
+            if engine.compiled is not None:
+                engine.compiled.wait()
+                took = ", ".join(f"batch {'1' if b == 1 else '2+'} {s:.1f} s"
+                                 for b, s in engine.compiled.compile_s.items())
+                say(f"  {label}: decode step {engine.compiled.status()} ({took})")
         _compare(engines, path, batch_sizes, max_tokens, json_lines, profile, repeat,
                  threads={"engine": per_rank, "hf": threads}, ceilings=ceilings)
 
 
-def _label(dtype: str, quantization: str | None) -> str:
-    """A system's name in the table: ``fp32``, ``bf16``, ``auto``, ``int8``, ``bf16-int8``."""
+def _label(dtype: str, quantization: str | None, compiled: bool = False) -> str:
+    """A system's name in the table: ``fp32``, ``bf16``, ``auto``, ``int8``, ``bf16-int8``, and
+    ``+compiled`` after it when its decode step is compiled."""
     short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
-    if quantization is None:
-        return short
-    return quantization if dtype == "float32" else f"{short}-{quantization}"
+    name = short if quantization is None else \
+        quantization if dtype == "float32" else f"{short}-{quantization}"
+    return f"{name}{COMPILED}" if compiled else name
+
+
+COMPILED = "+compiled"
 
 
 def _compare(engines: dict[str, Any], path: Any, batch_sizes: list[int], max_tokens: int,
@@ -229,14 +244,22 @@ def _compare(engines: dict[str, Any], path: Any, batch_sizes: list[int], max_tok
 def markdown(results: Sequence[Result]) -> str:
     """The results as a markdown table (int8 rows also as a multiple of fp32's)."""
     fp32 = {r.batch: r.engine_tok_s for r in results if r.system == "fp32"}
+    by_system = {(r.system, r.batch): r.engine_tok_s for r in results}
+    compiled = any(r.system.endswith(COMPILED) for r in results)
     lines = ["| batch | engine | engine tok/s | % of host ceiling | transformers tok/s | ratio "
-             "| vs fp32 engine |",
-             "| ---: | :--- | ---: | ---: | ---: | ---: | ---: |"]
+             "| vs fp32 engine |" + (" compiled vs eager |" if compiled else ""),
+             "| ---: | :--- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if compiled else "")]
     for r in results:
         pct = f"{r.ceiling_pct:.0f}% of {r.ceiling_tok_s:.0f} ({r.bound})" if r.bound else "-"
         vs = f"{r.engine_tok_s / fp32[r.batch]:.2f}x" if r.batch in fp32 else "-"
-        lines.append(f"| {r.batch} | {r.system} | {r.engine_tok_s:.1f} | {pct} | "
-                     f"{r.hf_tok_s:.1f} | {r.ratio:.2f}x | {vs} |")
+        line = (f"| {r.batch} | {r.system} | {r.engine_tok_s:.1f} | {pct} | "
+                f"{r.hf_tok_s:.1f} | {r.ratio:.2f}x | {vs} |")
+        if compiled:
+            eager = by_system.get((r.system.removesuffix(COMPILED), r.batch))
+            gain = f"{r.engine_tok_s / eager:.2f}x" if r.system.endswith(COMPILED) and eager \
+                else "-"
+            line += f" {gain} |"
+        lines.append(line)
     if results:
         lines.append(f"\nengine peak RSS: {results[0].engine_peak_rss_mib:.0f} MiB"
                      + (" (all engines of the run together)" if len(fp32) < len(results)

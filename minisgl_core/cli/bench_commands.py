@@ -71,6 +71,9 @@ def bench_offline(
         help="Measure the host's ceilings and report each figure as a share of them.")] = True,
     repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    compile_: Annotated[bool, typer.Option(
+        "--compile/--no-compile",
+        help="Run every mode eager and with its decode step compiled, side by side.")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Offline engine throughput (no server) for a few batch sizes, against transformers."""
@@ -78,7 +81,7 @@ def bench_offline(
     run = lazy_entry("minisgl_core.bench.engine_vs_hf:main", "the offline benchmark")
     run(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens, json_lines=json_,
         tp=tp, quantization=chosen, profile=profile, ceilings=ceilings, repeat=repeat,
-        threads=threads, dtypes=_dtypes(dtype or ["float32"]))
+        threads=threads, dtypes=_dtypes(dtype or ["float32"]), compile_step=compile_)
 
 
 def bench_quality(

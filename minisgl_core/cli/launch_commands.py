@@ -98,6 +98,10 @@ def launch(
     speculative: Annotated[str | None, typer.Option(
         help="ngram: prompt-lookup speculation (-s num_speculative_tokens=K, "
              "prompt_lookup_min/max=N).")] = None,
+    compile_: Annotated[bool | None, typer.Option(
+        "--compile/--no-compile",
+        help="Compile the decode step (torch.compile, in the background; eager meanwhile; "
+             "cached for the next start).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -111,7 +115,7 @@ def launch(
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
-        "reasoning_parser": reasoning_parser, "speculative": speculative,
+        "reasoning_parser": reasoning_parser, "speculative": speculative, "compile": compile_,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

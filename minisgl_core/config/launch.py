@@ -76,6 +76,7 @@ class LaunchConfig:
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
+    compile: bool = False  # decode steps through torch.compile'd graphs (docs/benchmarks.md)
     reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content
     log_level: str = "info"
     ready_timeout_s: float = 300.0
@@ -233,7 +234,7 @@ def _scan_fields() -> None:
         if "| None" in text:
             OPTIONAL.add(f.name)
         base = text.replace(" | None", "")
-        SCALARS[f.name] = {"str": str, "int": int, "float": float}.get(base, tuple)
+        SCALARS[f.name] = {"str": str, "int": int, "float": float, "bool": bool}.get(base, tuple)
 
 
 _scan_fields()
@@ -247,6 +248,8 @@ def coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
     -s) and must already have the field's type otherwise (TOML)."""
     kind = SCALARS[name]
     shown = "frontend" if name == "frontends" else name
+    if kind is bool:
+        return _boolean(shown, value, source, text)
     if isinstance(value, str) and kind is str:
         return None if name in OPTIONAL and not value else value  # "-s api_key=" unsets it
     if isinstance(value, str) and (text or kind is tuple):
@@ -272,6 +275,17 @@ def coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
         return value
     want = {str: "a string", int: "an integer", float: "a number", tuple: "a list of names"}[kind]
     raise ConfigError(f"{shown} must be {want}, got {value!r} ({source})")
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _boolean(name: str, value: Any, source: str, text: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if text and isinstance(value, str) and value.strip().lower() in (*_TRUE, *_FALSE):
+        return value.strip().lower() in _TRUE
+    raise ConfigError(f"{name} must be true or false, got {value!r} ({source})")
 
 
 def unknown_key(key: str, source: str) -> ConfigError:

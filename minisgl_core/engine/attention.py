@@ -137,10 +137,18 @@ class Workspace:
         return self._k[:n], self._v[:n]
 
 
-def _gathered(cache: torch.Tensor, index: torch.Tensor, out: torch.Tensor, b: int,
+def _buffers(ws: Workspace, n: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    # a compiled graph plans its own buffers (and a reused one would be a graph input)
+    return (None, None) if torch.compiler.is_compiling() else ws.buffers(n)
+
+
+def _gathered(cache: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None, b: int,
               length: int) -> torch.Tensor:
-    """Gather slots into ``out`` and view it as ``[B, Hkv, L, D]``."""
-    torch.index_select(cache, 0, index, out=out)
+    """Gather slots (into ``out`` when given) and view them as ``[B, Hkv, L, D]``."""
+    if out is None:
+        out = torch.index_select(cache, 0, index)
+    else:
+        torch.index_select(cache, 0, index, out=out)
     return out.view(b, length, *out.shape[1:]).transpose(1, 2)
 
 
@@ -195,7 +203,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     nd = meta.num_decode
     if meta.decode is not None:
         g = meta.decode
-        kb, vb = ws.buffers(g.batch * g.kv_len)
+        kb, vb = _buffers(ws, g.batch * g.kv_len)
         keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
         vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
         o = F.scaled_dot_product_attention(q[:nd].unsqueeze(2), keys, vals, attn_mask=g.mask,
@@ -217,7 +225,7 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                            is_causal=g.mask is None, enable_gqa=True,
                                            scale=scale)
         return o[0].transpose(0, 1).reshape(tp, hq * d)
-    kb, vb = ws.buffers(g.batch * g.kv_len)
+    kb, vb = _buffers(ws, g.batch * g.kv_len)
     keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
     vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
     if g.q_pad is None:

@@ -42,6 +42,7 @@ class EngineConfig:
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
+    compile: bool = False  # decode steps through torch.compile'd graphs (compiled.py)
 
     def __post_init__(self) -> None:
         if self.page_size < 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from minisgl_core.engine import prompt_logprobs
 from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.batching import Batcher
+from minisgl_core.engine.compiled import CompiledDecode
 from minisgl_core.engine.config import EngineConfig, ModelConfig, eos_token_ids
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator, default_num_pages
@@ -116,6 +117,12 @@ class Engine:
         self.speculator = None if config.speculative is None else Speculator(
             config.spec_options(), self.sampler, self.max_seq_len)
         self.requests: dict[str, Request] = {}
+        self.compiled: CompiledDecode | None = None
+        self.forward: Callable[..., torch.Tensor] = self.model.forward
+        if config.compile:  # compiles in the background; the eager forward serves meanwhile
+            self.compiled = CompiledDecode(self.model, self.kv, self.workspace, self.device)
+            self.compiled.start()
+            self.forward = self.compiled
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
             self.tokenizer, self.vocab_size, self.eos_token_ids))
         self._generated_tokens = 0
@@ -183,7 +190,8 @@ class Engine:
                 "vocab_size": str(self.vocab_size), "dtype": self.config.dtype,
                 "dtype_reason": self.dtype_reason,
                 "quantization": self.config.quantization or "none",
-                "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own"}
+                "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own",
+                "compile": "off" if self.compiled is None else "on"}
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""
@@ -216,7 +224,7 @@ class Engine:
             self.tp.send_step(lay.ids, lay.decode, lay.prefill, self.page_size)
         meta = build_metadata(lay.decode, lay.prefill, self.page_size, self.device)
         input_ids = torch.tensor(lay.ids, device=self.device)
-        hidden = self.model.forward(input_ids, meta, self.kv, self.workspace)
+        hidden = self.forward(input_ids, meta, self.kv, self.workspace)
         if lay.chunks:
             prompt_logprobs.collect(lay.chunks, hidden, self.model.logits)
         for r in batch.decode:
@@ -246,12 +254,13 @@ class Engine:
         while (step := self.tp.recv_step()) is not None:
             ids, decode, prefill = step
             meta = build_metadata(decode, prefill, self.page_size, self.device)
-            self.model.forward(torch.tensor(ids, device=self.device), meta, self.kv,
-                               self.workspace)
+            self.forward(torch.tensor(ids, device=self.device), meta, self.kv, self.workspace)
 
     def close(self) -> None:
         """Rank 0: stop the followers; every rank leaves the process group (no-op without tp)."""
         self.grammar.close()
+        if self.compiled is not None:
+            self.compiled.close()
         if self.tp is None:
             return
         if self.tp.leader:

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from minisgl_core.engine import compiled_ops
+
 log = logging.getLogger(__name__)
 # Row counts measured at load, one per bucket: decode batches (1, 8, 32) and prefill chunks (128+)
 BUCKETS = (1, 8, 32, 128)
@@ -219,7 +221,8 @@ class Linear:
     ``kernels``: one per bucket (BUCKETS), all of one layout; one kernel name means it for all.
     """
 
-    __slots__ = ("_table", "bias", "in_features", "kernels", "out_features", "weight")
+    __slots__ = ("__weakref__", "_table", "bias", "handle", "in_features", "kernels",
+                 "out_features", "weight")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
                  kernels: Sequence[Kernel] | Kernel | str) -> None:
@@ -235,9 +238,16 @@ class Linear:
         self.weight = kernels[0].pack(weight)
         # rows -> kernel for the common small row counts (one tuple index per call)
         self._table = tuple(self.kernels[bucket_of(r)] for r in range(_BUCKET_TOP[-1] + 1))
+        self.handle = compiled_ops.new_handle(self)  # what a compiled graph calls it by
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused where the kernel can)."""
+        if torch.compiler.is_compiling():  # traced: the same kernel, behind an opaque op
+            return torch.ops.minisgl.linear(x, residual, self.handle)
+        return self.run_eager(x, residual)
+
+    def run_eager(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``__call__`` outside a compiled graph: the row bucket's kernel on ``x``."""
         rows = x.shape[0]
         kernel = self._table[rows] if rows < len(self._table) else self.kernels[-1]
         return kernel.run(self.weight, x, self.bias, residual)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from minisgl_core.engine import compiled_ops
 from minisgl_core.engine.shm_allreduce import ShmAllReduce
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -92,6 +93,7 @@ class TensorParallel:
     def __init__(self, rank: int, size: int, device: torch.device) -> None:
         self.rank, self.size, self.device = rank, size, device
         self.shm: ShmAllReduce | None = None  # set when every rank shares this host (CPU)
+        self.handle = compiled_ops.new_handle(self)  # what a compiled graph calls it by
 
     @property
     def leader(self) -> bool:
@@ -100,6 +102,13 @@ class TensorParallel:
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum ``x`` over the ranks in place and return it (no-op at size 1)."""
+        if torch.compiler.is_compiling():  # traced: the same collective, behind an opaque op
+            torch.ops.minisgl.all_reduce(x, self.handle)
+            return x
+        return self.all_reduce_eager(x)
+
+    def all_reduce_eager(self, x: torch.Tensor) -> torch.Tensor:
+        """``all_reduce`` outside a compiled graph."""
         if self.size > 1 and (self.shm is None or not self.shm.try_sum(x)):
             dist.all_reduce(x)
         return x

@@ -76,6 +76,7 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "num_speculative_tokens": getattr(cfg, "num_speculative_tokens", None),
         "prompt_lookup_min": getattr(cfg, "prompt_lookup_min", None),
         "prompt_lookup_max": getattr(cfg, "prompt_lookup_max", None),
+        "compile": getattr(cfg, "compile", None),
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     if cfg.tp == 1:

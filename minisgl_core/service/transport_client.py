@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-ENGINE_FACTS = ("dtype", "dtype_reason", "quantization", "kernels")  # Ready keys shown as meta
+# the Ready keys shown as /v1/models meta and on the dashboard
+ENGINE_FACTS = ("dtype", "dtype_reason", "quantization", "kernels", "compile")
 NOT_SUMMED = {"kv_page_size": max, "scheduler_batch_peak": max}  # over replicas
 
 

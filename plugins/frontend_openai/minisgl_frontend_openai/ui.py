@@ -67,6 +67,9 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
     if "dtype" in facts:
         info["dtype"] = facts["dtype"]
         info["dtype_reason"] = facts.get("dtype_reason", "")
+    for key in ("kernels", "compile"):  # the matmul kernels chosen, the decode step compiled
+        if key in facts:
+            info[key] = facts[key]
     return info
 
 

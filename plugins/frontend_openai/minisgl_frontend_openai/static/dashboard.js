@@ -99,6 +99,7 @@
       ["transport", info.transport], ["frontends", (info.frontends || []).join(", ")],
       ["tensor parallel", info.tp], ["data parallel", info.dp], ["quantization", info.quantization],
       ["dtype", info.dtype_reason ? info.dtype + " (" + info.dtype_reason + ")" : info.dtype],
+      ["kernels", info.kernels], ["compiled decode step", info.compile],
       ["device", info.device], ["prefix cache", info.cache],
       ["minisgl", info.version],
     ];

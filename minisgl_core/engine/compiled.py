@@ -1,0 +1,159 @@
+"""The compiled decode step (``--compile``): the model's forward for steps that only decode,
+compiled by torch.compile (inductor, C++ wrapper) on a background thread while the eager forward
+serves.
+
+Two graphs cover every decode step: one for a single request and one for any batch of two or
+more, with the batch size and the context length symbolic (torch specializes size 1, so batch 1
+gets its own tighter code). Matmuls and the all-reduce stay the engine's own kernels behind
+custom ops (compiled_ops.py); what gets fused is the code between them: RMSNorm, RoPE, the K/V
+store and gather, SiLU x up, the residual adds. Steps that prefill, and every step before its
+graph is ready, run eagerly. The serving thread only runs graphs already compiled
+(``torch._dynamo.run``): a step whose guards no graph passes runs eagerly instead of stalling to
+compile. Inductor's caches live under the project's cache directory (``inductor/``), so a second
+start loads the graphs instead of compiling them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+
+from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, Workspace
+from minisgl_core.engine.compiled_ops import without_collectives
+from minisgl_core.engine.kv_cache import KVPool
+
+log = logging.getLogger(__name__)
+WARM_BATCHES = (1, 2)  # batch 1, then the graph every batch >= 2 shares
+_WARM_LEN = 17  # keys in the warm-up steps: any length >= 2 that no other size equals
+
+
+def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
+                 out_slots: torch.Tensor, kv_index: torch.Tensor, mask: torch.Tensor | None,
+                 kv: KVPool, ws: Workspace) -> torch.Tensor:
+    """One decode-only forward from tensors alone: ``input_ids [B]``, ``kv_index [B * L]``,
+    ``mask [B, 1, 1, L]`` (None: every key visible) -> hidden states ``[B, H]``. The batch and
+    the context length are read from shapes, never from Python ints, so they stay symbolic."""
+    b = input_ids.shape[0]
+    group = GroupMeta(b, 1, kv_index.shape[0] // b, kv_index, mask, None, None, False)
+    return model.forward(input_ids, AttentionMetadata(positions, out_slots, b, group, None), kv,
+                         ws)
+
+
+def inductor_cache() -> str:
+    """Where inductor keeps its FX-graph and AOT caches: ``$TORCHINDUCTOR_CACHE_DIR``, else the
+    project's cache directory (set for this process, so compiled graphs outlive it)."""
+    from minisgl_core.store.paths import cache_dir
+
+    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+
+
+class CompiledDecode:
+    """``forward(input_ids, meta, kv, ws)`` as the model's, compiled for decode-only steps once
+    ``start()``'s background compiles finish; eager for everything else."""
+
+    def __init__(self, model: Any, kv: KVPool, ws: Workspace, device: torch.device) -> None:
+        self.model, self.kv, self.ws, self.device = model, kv, ws, device
+        inductor_cache()
+        self._compiled = torch.compile(_decode_step, options={"cpp_wrapper": True})
+        self._run_only = torch._dynamo.run(_decode_step)
+        self._ready: set[int] = set()  # warm batches whose graph is compiled (1, 2)
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.failure: str | None = None
+        self.compile_s: dict[int, float] = {}
+
+    # ---- compiling ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Compile both graphs on a daemon thread (each announced in the log)."""
+        self._thread = threading.Thread(target=self._compile_all, name="compile-decode",
+                                        daemon=True)
+        self._thread.start()
+
+    def compile_now(self) -> None:
+        """Compile both graphs on this thread (benchmarks, tests)."""
+        self._compile_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the background compiles end; whether both graphs are ready."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.ready
+
+    @property
+    def ready(self) -> bool:
+        """Whether every decode step can run compiled."""
+        return self._ready.issuperset(WARM_BATCHES)
+
+    def status(self) -> str:
+        """``ready``, ``compiling`` or ``failed: why``."""
+        if self.failure is not None:
+            return f"failed: {self.failure}"
+        return "ready" if self.ready else "compiling"
+
+    def close(self) -> None:
+        """Skip the graphs not started yet (one in progress finishes: inductor cannot stop)."""
+        self._closed = True
+
+    def _compile_all(self) -> None:
+        # only the dims _warm_inputs marks are symbolic: an int that differs from one model's
+        # trace to the next (two engines in one process) must not become one
+        with torch.inference_mode(), torch._dynamo.config.patch(
+                automatic_dynamic_shapes=False, cache_size_limit=64):
+            for batch in WARM_BATCHES:
+                if self._closed:
+                    return
+                what = "batch 1" if batch == 1 else "every batch of 2 or more"
+                log.info("compiling the decode step for %s (the eager step serves meanwhile; "
+                         "cache %s)", what, inductor_cache())
+                start = time.perf_counter()
+                try:
+                    with without_collectives():  # the ranks' serving threads are in theirs
+                        self._compiled(*self._warm_inputs(batch))
+                except Exception as exc:  # noqa: BLE001  (any compiler error: stay eager)
+                    self.failure = f"{type(exc).__name__}: {exc}"[:500]
+                    log.warning("the decode step did not compile; it stays eager: %s",
+                                self.failure)
+                    return
+                self.compile_s[batch] = time.perf_counter() - start
+                self._ready.add(batch)
+                log.info("compiled the decode step for %s in %.1f s", what,
+                         self.compile_s[batch])
+
+    def _warm_inputs(self, batch: int) -> tuple[Any, ...]:
+        """A decode step of ``batch`` rows that writes only to scratch slot 0 (page 0, which
+        padded gathers read under a mask) and reads only it."""
+        dev, n = self.device, _WARM_LEN
+        ids = torch.zeros(batch, dtype=torch.int64, device=dev)
+        positions = torch.zeros(batch, dtype=torch.int64, device=dev)
+        slots = torch.zeros(batch, dtype=torch.int64, device=dev)
+        kv_index = torch.zeros(batch * n, dtype=torch.int64, device=dev)
+        mask = None if batch == 1 else torch.ones(batch, 1, 1, n, dtype=torch.bool, device=dev)
+        torch._dynamo.mark_dynamic(kv_index, 0)
+        if mask is not None:
+            for t in (ids, positions, slots):
+                torch._dynamo.mark_dynamic(t, 0)
+            torch._dynamo.mark_dynamic(mask, 0)
+            torch._dynamo.mark_dynamic(mask, 3)
+        return self.model, ids, positions, slots, kv_index, mask, self.kv, self.ws
+
+    # ---- serving -----------------------------------------------------------------------------
+
+    def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool,
+                 ws: Workspace) -> torch.Tensor:
+        """The model's forward: compiled when this is a decode-only step and its graph is ready."""
+        g = meta.decode
+        batch = input_ids.shape[0]
+        if meta.prefill is not None or g is None or g.kv_len < 2 or \
+                min(batch, 2) not in self._ready:
+            return self.model.forward(input_ids, meta, kv, ws)
+        mask = g.mask
+        if mask is None and batch > 1:  # the batch graph always takes a mask
+            mask = torch.ones(batch, 1, 1, g.kv_len, dtype=torch.bool, device=input_ids.device)
+        return self._run_only(self.model, input_ids, meta.positions, meta.out_slots, g.kv_index,
+                              mask, kv, ws)

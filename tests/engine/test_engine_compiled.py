@@ -1,0 +1,106 @@
+"""The compiled decode step gives what the eager one gives: the same greedy tokens in fp32, the
+same logits within bf16's rounding, for a lone request and for batches of mixed lengths."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from minisgl_core.engine.attention import build_metadata
+from minisgl_core.wire.schema import SamplingParams
+
+GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
+
+
+def _prompts(vocab: int) -> dict[str, list[int]]:
+    rng = random.Random(11)
+    # different lengths, so the batch graph's mask matters; "a" starts with a context of 3 keys
+    return {name: [rng.randrange(3, vocab) for _ in range(n)]
+            for name, n in {"a": 2, "b": 9, "c": 23, "d": 5}.items()}
+
+
+def _greedy(engine, prompts, drain, tokens_of) -> dict[str, list[int]]:
+    """Request "a" alone for a few steps (batch 1), then the rest join it (batches 2-4)."""
+    engine.add_request("a", prompts["a"], GREEDY)
+    early: list[int] = []
+    for _ in range(4):
+        early += [t for o in engine.step() for t in o.token_ids]
+    for rid in ("b", "c", "d"):
+        engine.add_request(rid, prompts[rid], GREEDY)
+    outs = drain(engine)
+    engine.check_idle_invariant()
+    return {rid: (early if rid == "a" else []) + tokens_of(outs[rid]) for rid in prompts}
+
+
+@pytest.fixture(scope="module")
+def compiled_fp32(make_engine):
+    engine = make_engine("llama", page_size=4, compile=True)
+    assert engine.compiled is not None and engine.compiled.wait(600), engine.compiled.status()
+    return engine
+
+
+def test_compiled_step_gives_the_eager_greedy_tokens(compiled_fp32, make_engine, drain,
+                                                     tokens_of) -> None:
+    eager = make_engine("llama", page_size=4)
+    prompts = _prompts(eager.vocab_size)
+    want = _greedy(eager, prompts, drain, tokens_of)
+    graphs, got = _ran_compiled(lambda: _greedy(compiled_fp32, prompts, drain, tokens_of))
+    assert got == want
+    # both graphs served: batch 1 while "a" ran alone, the batch graph once the others joined;
+    # every step after the prefills is a decode step
+    assert len(graphs) == 2 and sum(graphs.values()) >= GREEDY.max_tokens
+    assert compiled_fp32.info()["compile"] == "on" and eager.info()["compile"] == "off"
+
+
+def test_prefill_steps_run_eagerly(compiled_fp32, drain, tokens_of) -> None:
+    one = SamplingParams(max_tokens=1, temperature=0.0)
+    compiled_fp32.add_request("p", [5, 6, 7], one)  # a prefill step only: nothing to decode
+    graphs, outs = _ran_compiled(lambda: drain(compiled_fp32))
+    assert tokens_of(outs["p"]) and not graphs
+
+
+def _ran_compiled(fn) -> tuple[dict[str, int], object]:
+    """The compiled graphs ``fn()`` ran, with how often (a guard miss runs eagerly instead:
+    nothing would be counted), and its result."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = fn()
+    return {e.key: e.count for e in prof.key_averages()
+            if e.key.startswith("Torch-Compiled Region")}, out
+
+
+def _decode_logits(engine, prompts: list[list[int]], drain) -> torch.Tensor:
+    """Prefill ``prompts``, then the logits ``[B, V]`` of one decode step run through
+    ``engine.forward`` on that cache state (nothing appended); the requests then finish."""
+    for i, p in enumerate(prompts):
+        engine.add_request(str(i), p, SamplingParams(max_tokens=4, temperature=0.0,
+                                                     ignore_eos=True))
+    engine.step()  # prefills them all
+    running = list(engine.batcher.running)
+    decode = [(r.pages, r.num_cached + 1) for r in running]
+    with torch.inference_mode():  # as in Engine.step: the graphs guard on inference tensors
+        ids = torch.tensor([r.output_ids[-1] for r in running])
+        meta = build_metadata(decode, [], engine.page_size, engine.device)
+        graphs, hidden = _ran_compiled(lambda: engine.forward(ids, meta, engine.kv,
+                                                              engine.workspace))
+        logits = engine.model.logits(hidden)
+    assert sum(graphs.values()) == (1 if engine.compiled is not None else 0)
+    drain(engine)
+    return logits.float()
+
+
+def test_compiled_bf16_step_matches_eager_within_bf16_rounding(make_engine, drain) -> None:
+    compiled = make_engine("llama", page_size=4, dtype="bfloat16", compile=True)
+    assert compiled.compiled.wait(600), compiled.compiled.status()
+    eager = make_engine("llama", page_size=4, dtype="bfloat16")
+    prompts = list(_prompts(eager.vocab_size).values())
+    for batch in (1, 3):  # both graphs
+        got = _decode_logits(compiled, prompts[:batch], drain)
+        want = _decode_logits(eager, prompts[:batch], drain)
+        # fused kernels round once where eager rounds after every op: a few bf16 ulps
+        scale = want.abs().max().item()
+        assert (got - want).abs().max().item() <= 0.03 * scale, batch
+        assert torch.equal(got.argmax(-1), want.argmax(-1)), batch
