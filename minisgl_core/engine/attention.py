@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+# compiled_ops registers minisgl::decode_attention, which a traced decode step calls
+from minisgl_core.engine import compiled_ops, native_attention  # noqa: F401
+
 
 @dataclass(frozen=True)
 class GroupMeta:
@@ -202,17 +205,45 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     outs: list[torch.Tensor] = []
     nd = meta.num_decode
     if meta.decode is not None:
-        g = meta.decode
-        kb, vb = _buffers(ws, g.batch * g.kv_len)
-        keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
-        vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
-        o = F.scaled_dot_product_attention(q[:nd].unsqueeze(2), keys, vals, attn_mask=g.mask,
-                                           enable_gqa=True, scale=scale)  # [Bd, Hq, 1, D]
-        outs.append(o.view(nd, hq * d))
+        g, qd, sc = meta.decode, q[:nd], d ** -0.5 if scale is None else scale
+        if native_attention.usable(qd, k_cache):  # the kernel, or SDPA where it is faster
+            run = torch.ops.minisgl.decode_attention if torch.compiler.is_compiling() else \
+                decode_attention
+            outs.append(run(qd, k_cache, v_cache, g.kv_index, g.mask, sc))
+        else:
+            outs.append(sdpa_decode(qd, k_cache, v_cache, g.kv_index, g.mask, sc, ws))
     if meta.prefill is not None:
         outs.append(_prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta.prefill, ws,
                                        scale))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def sdpa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                kv_index: torch.Tensor, mask: torch.Tensor | None, scale: float,
+                ws: Workspace | None = None) -> torch.Tensor:
+    """Decode attention by gathering the keys and values (``kv_index [B * L]``) into buffers
+    (``ws``'s, or new ones) for SDPA: ``q [B, Hq, D]`` -> ``[B, Hq * D]``."""
+    b, hq, d = q.shape
+    length = kv_index.shape[0] // b
+    kb, vb = (None, None) if ws is None else _buffers(ws, b * length)
+    keys = _gathered(k_cache, kv_index, kb, b, length)
+    vals = _gathered(v_cache, kv_index, vb, b, length)
+    o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=mask,
+                                       enable_gqa=True, scale=scale)  # [B, Hq, 1, D]
+    return o.view(b, hq * d)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     kv_index: torch.Tensor, mask: torch.Tensor | None,
+                     scale: float) -> torch.Tensor:
+    """``sdpa_decode``'s result from whichever of the native kernel (pages read in place) and
+    gather + SDPA is faster at this size (native_attention.faster)."""
+    length = kv_index.shape[0] // q.shape[0]
+    if native_attention.faster(q.dtype, q.shape[0] * length):
+        out = native_attention.decode(q, k_cache, v_cache, kv_index, mask, scale)
+        if out is not None:
+            return out
+    return sdpa_decode(q, k_cache, v_cache, kv_index, mask, scale)
 
 
 def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -5,7 +5,8 @@ oneDNN on pre-packed weights, the native weight-only library through ctypes, int
 these can be lowered by inductor as they are (a packed oneDNN weight is opaque, a ctypes call is
 not a torch op), so a compiled graph calls ``minisgl::linear`` with the Linear's handle and the
 kernel runs exactly as it does eagerly; only the code between the matmuls is fused. The tensor-
-parallel all-reduce is an op of its own for the same reason.
+parallel all-reduce and the decode attention (a ctypes kernel, or SDPA, by size) are ops of
+their own for the same reason.
 """
 
 from __future__ import annotations
@@ -72,3 +73,21 @@ def all_reduce(x: torch.Tensor, handle: str) -> None:
 @all_reduce.register_fake
 def _all_reduce_fake(x: torch.Tensor, handle: str) -> None:
     return None
+
+
+@torch.library.custom_op("minisgl::decode_attention", mutates_args=())
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     kv_index: torch.Tensor, mask: torch.Tensor | None,
+                     scale: float) -> torch.Tensor:
+    """``attention.decode_attention``: which kernel runs depends on the sizes, so it is chosen
+    when the step runs, not baked into the graph."""
+    from minisgl_core.engine.attention import decode_attention as run
+
+    return run(q, k_cache, v_cache, kv_index, mask, scale)
+
+
+@decode_attention.register_fake
+def _decode_attention_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           kv_index: torch.Tensor, mask: torch.Tensor | None,
+                           scale: float) -> torch.Tensor:
+    return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))

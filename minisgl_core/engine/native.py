@@ -1,5 +1,6 @@
-"""The project's small native matmul library (csrc/wo_matmul.c): built with the system C compiler
-into a cache directory keyed by the source and flags, loaded through ctypes.
+"""The project's small native library (csrc/: the weight-only matmuls of wo_matmul.c, the paged
+decode attention of paged_attention.c): built with the system C compiler into a cache directory
+keyed by the sources and flags, loaded through ctypes.
 
 ``library()`` builds it on first use when missing and returns None (its reason logged once, and
 kept in ``failure()``) when there is no compiler or the build fails: callers then use their
@@ -18,11 +19,13 @@ import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("csrc") / "wo_matmul.c"
+SOURCES = tuple(Path(__file__).with_name("csrc") / n for n in ("wo_matmul.c",
+                                                                  "paged_attention.c"))
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
 # has already loaded (same soname): one thread pool, not two spinning against each other.
 FLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-std=c11")
+LIBS = ("-lm",)  # after the sources, where the linker looks for what they use
 ISAS = {"c": 0, "avx2": 1, "avx512": 2}
 
 _lib: ctypes.CDLL | None = None
@@ -39,11 +42,11 @@ def compiler() -> str | None:
 
 
 def target(cc: str) -> Path:
-    """Where the library built from today's source with ``cc`` and FLAGS lives."""
+    """Where the library built from today's sources with ``cc`` and FLAGS lives."""
     from minisgl_core.store.paths import cache_dir
 
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *FLAGS)).encode()).hexdigest()
-    return cache_dir() / "native" / f"wo_matmul-{key[:16]}.so"
+    text = b"".join(s.read_bytes() for s in SOURCES) + " ".join((cc, *FLAGS, *LIBS)).encode()
+    return cache_dir() / "native" / f"minisgl-{hashlib.sha256(text).hexdigest()[:16]}.so"
 
 
 def build() -> Path:
@@ -56,7 +59,7 @@ def build() -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}.so")
-    cmd = [cc, *FLAGS, str(SOURCE), "-o", str(tmp)]
+    cmd = [cc, *FLAGS, *map(str, SOURCES), *LIBS, "-o", str(tmp)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -76,6 +79,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.wo_int8.argtypes = [p, i, i, p, p, i, p, i, i]
     lib.wo_int4.restype = None
     lib.wo_int4.argtypes = [p, i, i, p, p, p, i, p, i, i]
+    lib.pa_decode.restype = i
+    lib.pa_decode.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i, p, i]
 
 
 def library() -> ctypes.CDLL | None:

@@ -1,0 +1,127 @@
+/* Decode attention over the paged KV cache, read in place: one query token per sequence.
+ *
+ * q [B, Hq, D]; k_cache, v_cache [slots, Hkv, D]; index [B, L] int64: the slot of each key of
+ * each sequence; valid [B, L] uint8 (1 = attend) or NULL (all); out [B, Hq, D]. Query head h
+ * reads KV head h / (Hq / Hkv) (grouped-query attention). q, the caches and out are all fp32
+ * (bf16 = 0) or all bf16 (bf16 = 1); scores, softmax and sums are fp32.
+ *
+ * The gather-then-SDPA path reads each key and value three times (gather read, gather write,
+ * attention read); here each is read once, straight from its page. Work is split over the
+ * (sequence, KV head) pairs with OpenMP; each pair scores its keys for all G query heads in one
+ * pass over K, then sums V in one pass. isa: 0 plain C, 1 AVX2+FMA, 2 AVX-512 (the same loops,
+ * vectorized by the compiler for each).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GROUP 16  /* query heads per KV head handled (Hq / Hkv) */
+#define MAX_DIM 256   /* head_dim handled */
+
+static inline float bf16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+
+static inline uint16_t float_to_bf16(float f) {  /* round to nearest even, as torch does */
+    union { uint32_t u; float f; } v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN */
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1)) >> 16);
+}
+
+/* row r of a [*, D] tensor as fp32: in place when it is fp32, else converted into buf */
+static inline const float *load_row(const void *base, int64_t r, int D, int bf16, float *buf) {
+    if (!bf16) return (const float *)base + r * D;
+    const uint16_t *p = (const uint16_t *)base + r * D;
+    for (int d = 0; d < D; d++) buf[d] = bf16_to_float(p[d]);
+    return buf;
+}
+
+#define BODY                                                                                   \
+    int G = Hq / Hkv;                                                                          \
+    _Pragma("omp parallel")                                                                    \
+    {                                                                                          \
+        float *scores = malloc(sizeof(float) * (size_t)G * (size_t)L);                         \
+        float qf[MAX_GROUP * MAX_DIM], acc[MAX_GROUP * MAX_DIM], row[MAX_DIM];                 \
+        _Pragma("omp for schedule(static)")                                                    \
+        for (int64_t pair = 0; pair < (int64_t)B * Hkv; pair++) {                              \
+            int64_t b = pair / Hkv, h = pair % Hkv;                                            \
+            const int64_t *slots = index + b * L;                                              \
+            const uint8_t *ok = valid ? valid + b * L : NULL;                                  \
+            for (int g = 0; g < G; g++)                                                        \
+                memcpy(qf + g * D, load_row(q, b * Hq + h * G + g, D, bf16, row),              \
+                       sizeof(float) * (size_t)D);                                             \
+            float best[MAX_GROUP];                                                             \
+            for (int g = 0; g < G; g++) best[g] = -INFINITY;                                   \
+            for (int l = 0; l < L; l++) {                                                      \
+                if (ok && !ok[l]) continue;                                                    \
+                const float *kr = load_row(k_cache, slots[l] * Hkv + h, D, bf16, row);         \
+                for (int g = 0; g < G; g++) {                                                  \
+                    const float *qg = qf + g * D;                                              \
+                    float s = 0.0f;                                                            \
+                    _Pragma("omp simd reduction(+:s)")                                         \
+                    for (int d = 0; d < D; d++) s += qg[d] * kr[d];                            \
+                    s *= scale;                                                                \
+                    scores[g * L + l] = s;                                                     \
+                    if (s > best[g]) best[g] = s;                                              \
+                }                                                                              \
+            }                                                                                  \
+            float total[MAX_GROUP];                                                            \
+            for (int g = 0; g < G; g++) total[g] = 0.0f;                                       \
+            memset(acc, 0, sizeof(float) * (size_t)G * (size_t)D);                             \
+            for (int l = 0; l < L; l++) {                                                      \
+                if (ok && !ok[l]) continue;                                                    \
+                const float *vr = load_row(v_cache, slots[l] * Hkv + h, D, bf16, row);         \
+                for (int g = 0; g < G; g++) {                                                  \
+                    float p = expf(scores[g * L + l] - best[g]);                               \
+                    total[g] += p;                                                             \
+                    float *ag = acc + g * D;                                                   \
+                    _Pragma("omp simd")                                                        \
+                    for (int d = 0; d < D; d++) ag[d] += p * vr[d];                            \
+                }                                                                              \
+            }                                                                                  \
+            for (int g = 0; g < G; g++) {                                                      \
+                float inv = total[g] > 0.0f ? 1.0f / total[g] : 0.0f;                          \
+                int64_t o = (b * Hq + h * G + g) * D;                                          \
+                for (int d = 0; d < D; d++) {                                                  \
+                    float x = acc[g * D + d] * inv;                                            \
+                    if (bf16) ((uint16_t *)out)[o + d] = float_to_bf16(x);                     \
+                    else ((float *)out)[o + d] = x;                                            \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        free(scores);                                                                          \
+    }
+
+#define ARGS                                                                                   \
+    const void *q, const void *k_cache, const void *v_cache, const int64_t *index,            \
+        const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,     \
+        void *out
+
+static void decode_c(ARGS) { BODY }
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void decode_avx2(ARGS) { BODY }
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void decode_avx512(ARGS) { BODY }
+#endif
+
+/* 0 when done; -1 when a size is beyond what this kernel handles (the caller falls back) */
+int pa_decode(ARGS, int isa) {
+    if (Hkv < 1 || Hq % Hkv != 0 || Hq / Hkv > MAX_GROUP || D > MAX_DIM || L < 1) return -1;
+#if defined(__x86_64__)
+    if (isa >= 2) {
+        decode_avx512(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out);
+        return 0;
+    }
+    if (isa == 1) {
+        decode_avx2(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out);
+        return 0;
+    }
+#endif
+    (void)isa;
+    decode_c(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out);
+    return 0;
+}

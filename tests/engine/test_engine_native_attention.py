@@ -1,0 +1,65 @@
+"""The native paged decode attention equals gather + SDPA on every path this CPU runs (plain C,
+AVX2, AVX-512), in fp32 and bf16, with grouped-query heads, masks and odd sizes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minisgl_core.engine import native, native_attention
+from minisgl_core.engine.attention import decode_attention, sdpa_decode
+
+pytestmark = pytest.mark.skipif(native.library() is None,
+                                reason=f"native library not built: {native.failure()}")
+ISAS = [i for i in native.ISAS.values() if i <= native.best_isa()]
+
+
+def _case(batch: int, length: int, hq: int, hkv: int, d: int, dtype: torch.dtype,
+          masked: bool, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    slots = 4 * batch * length + 16
+    k = torch.randn(slots, hkv, d, generator=g).to(dtype)
+    v = torch.randn(slots, hkv, d, generator=g).to(dtype)
+    q = torch.randn(batch, hq, d, generator=g).to(dtype)
+    index = torch.randperm(slots, generator=g)[:batch * length]
+    mask = None
+    if masked:  # each row attends to a prefix of its keys (the rest is padding), at least one
+        lens = torch.randint(1, length + 1, (batch,), generator=g)
+        mask = (torch.arange(length) < lens.unsqueeze(1))[:, None, None, :]
+    return q, k, v, index, mask
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("batch", "length", "hq", "hkv", "d", "masked"), [
+    (1, 1, 1, 1, 64, False), (1, 37, 9, 3, 64, False), (2, 16, 8, 8, 32, True),
+    (3, 50, 12, 3, 80, True), (8, 129, 9, 3, 64, True), (33, 7, 4, 2, 128, True),
+])
+def test_native_decode_equals_gather_and_sdpa(isa, dtype, batch, length, hq, hkv, d,
+                                              masked) -> None:
+    q, k, v, index, mask = _case(batch, length, hq, hkv, d, dtype, masked)
+    got = native_attention.decode(q, k, v, index, mask, d ** -0.5, isa=isa)
+    want = sdpa_decode(q.float(), k.float(), v.float(), index, mask, d ** -0.5)
+    assert got is not None and got.dtype == dtype and got.shape == (batch, hq * d)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: the output's own rounding
+    torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
+
+
+def test_sizes_beyond_the_kernel_fall_back_to_sdpa() -> None:
+    q, k, v, index, mask = _case(2, 5, 34, 2, 64, torch.float32, True)  # 17 q heads per kv head
+    assert native_attention.decode(q, k, v, index, mask, 0.125) is None
+    torch.testing.assert_close(decode_attention(q, k, v, index, mask, 0.125),
+                               sdpa_decode(q, k, v, index, mask, 0.125))
+
+
+def test_the_kernel_or_sdpa_is_chosen_by_size() -> None:
+    assert native_attention.faster(torch.float32, 1 << 20)
+    assert native_attention.faster(torch.bfloat16, native_attention.BF16_MAX_KEYS)
+    assert not native_attention.faster(torch.bfloat16, native_attention.BF16_MAX_KEYS + 1)
+
+
+def test_sdpa_can_be_forced(monkeypatch) -> None:
+    q, k, _, _, _ = _case(1, 4, 2, 1, 8, torch.float32, False)
+    assert native_attention.usable(q, k)
+    monkeypatch.setenv("MINISGL_ATTENTION", "sdpa")
+    assert not native_attention.usable(q, k)
