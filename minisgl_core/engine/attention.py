@@ -206,12 +206,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     nd = meta.num_decode
     if meta.decode is not None:
         g, qd, sc = meta.decode, q[:nd], d ** -0.5 if scale is None else scale
-        if native_attention.usable(qd, k_cache):  # the kernel, or SDPA where it is faster
-            run = torch.ops.minisgl.decode_attention if torch.compiler.is_compiling() else \
-                decode_attention
-            outs.append(run(qd, k_cache, v_cache, g.kv_index, g.mask, sc))
+        if torch.compiler.is_compiling():  # traced: the kernel is chosen when the step runs
+            outs.append(torch.ops.minisgl.decode_attention(qd, k_cache, v_cache, g.kv_index,
+                                                           g.mask, sc))
         else:
-            outs.append(sdpa_decode(qd, k_cache, v_cache, g.kv_index, g.mask, sc, ws))
+            outs.append(decode_attention(qd, k_cache, v_cache, g.kv_index, g.mask, sc, ws))
     if meta.prefill is not None:
         outs.append(_prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta.prefill, ws,
                                        scale))
@@ -234,16 +233,15 @@ def sdpa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     kv_index: torch.Tensor, mask: torch.Tensor | None,
-                     scale: float) -> torch.Tensor:
-    """``sdpa_decode``'s result from whichever of the native kernel (pages read in place) and
-    gather + SDPA is faster at this size (native_attention.faster)."""
-    length = kv_index.shape[0] // q.shape[0]
-    if native_attention.faster(q.dtype, q.shape[0] * length):
+                     kv_index: torch.Tensor, mask: torch.Tensor | None, scale: float,
+                     ws: Workspace | None = None) -> torch.Tensor:
+    """``sdpa_decode``'s result, from the native kernel (pages read in place: faster at every
+    size measured) where it runs and takes these sizes."""
+    if native_attention.usable(q, k_cache):
         out = native_attention.decode(q, k_cache, v_cache, kv_index, mask, scale)
         if out is not None:
             return out
-    return sdpa_decode(q, k_cache, v_cache, kv_index, mask, scale)
+    return sdpa_decode(q, k_cache, v_cache, kv_index, mask, scale, ws)
 
 
 def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -5,8 +5,8 @@ oneDNN on pre-packed weights, the native weight-only library through ctypes, int
 these can be lowered by inductor as they are (a packed oneDNN weight is opaque, a ctypes call is
 not a torch op), so a compiled graph calls ``minisgl::linear`` with the Linear's handle and the
 kernel runs exactly as it does eagerly; only the code between the matmuls is fused. The tensor-
-parallel all-reduce and the decode attention (a ctypes kernel, or SDPA, by size) are ops of
-their own for the same reason.
+parallel all-reduce and the decode attention (a ctypes kernel where it runs, else SDPA) are ops
+of their own for the same reason.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def _all_reduce_fake(x: torch.Tensor, handle: str) -> None:
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      kv_index: torch.Tensor, mask: torch.Tensor | None,
                      scale: float) -> torch.Tensor:
-    """``attention.decode_attention``: which kernel runs depends on the sizes, so it is chosen
-    when the step runs, not baked into the graph."""
+    """``attention.decode_attention``: whether the native kernel takes the step is decided
+    when it runs, not baked into the graph."""
     from minisgl_core.engine.attention import decode_attention as run
 
     return run(q, k_cache, v_cache, kv_index, mask, scale)

@@ -24,7 +24,8 @@ SOURCES = tuple(Path(__file__).with_name("csrc") / n for n in ("wo_matmul.c",
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
 # has already loaded (same soname): one thread pool, not two spinning against each other.
-FLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-std=c11")
+# -fno-math-errno: expf in a simd loop may then be libmvec's vector one
+FLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-std=c11", "-fno-math-errno")
 LIBS = ("-lm",)  # after the sources, where the linker looks for what they use
 ISAS = {"c": 0, "avx2": 1, "avx512": 2}
 

@@ -1,35 +1,29 @@
 """Decode attention read from the KV pages in place (csrc/paged_attention.c), instead of
-gathering every key and value into a buffer for SDPA: each is then read once, not three times."""
+gathering every key and value into a buffer for SDPA: each is then read once, not three times.
+
+On a 2-core AMX Xeon (9 query / 3 KV heads of 64, gather + SDPA vs this kernel, us per layer):
+fp32 42 vs 14 at 1 x 128 keys, 690 vs 261 at 32 x 128, 2247 vs 1158 at 32 x 512, 5642 vs 2304
+at 128 x 256; bf16 42 vs 15, 448 vs 246, 1468 vs 1258, 3060 vs 2382 (docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
 
 from minisgl_core.engine import native
 
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-# bf16 keys a step reads (batch x context) above which gather + SDPA beat the kernel: SDPA's bf16
-# path gains with length (2-core AMX Xeon, 9 query / 3 KV heads of 64: kernel 271 vs 498 us at
-# 32 x 128, 799 vs 803 at 32 x 256, 1261 vs 1098 at 32 x 384); in fp32 the kernel won at every
-# size measured (up to 32 x 512: 1518 vs 2217 us)
-BF16_MAX_KEYS = 8192
 
 
 def usable(q: torch.Tensor, cache: torch.Tensor) -> bool:
     """Whether the native kernel takes this step: CPU, fp32 or bf16, the library built, and
     not switched off (``MINISGL_ATTENTION=sdpa``)."""
-    import os
-
     return (q.device.type == "cpu" and q.dtype in _DTYPES and cache.dtype == q.dtype
             and os.environ.get("MINISGL_ATTENTION", "native") != "sdpa"
             and native.library() is not None)
-
-
-def faster(dtype: torch.dtype, keys: int) -> bool:
-    """Whether the kernel beats gather + SDPA for ``keys`` (batch x context) of ``dtype``."""
-    return dtype != torch.bfloat16 or keys <= BF16_MAX_KEYS
 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

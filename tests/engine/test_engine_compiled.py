@@ -38,6 +38,8 @@ def _greedy(engine, prompts, drain, tokens_of) -> dict[str, list[int]]:
 def compiled_fp32(make_engine):
     engine = make_engine("llama", page_size=4, compile=True)
     assert engine.compiled is not None and engine.compiled.wait(600), engine.compiled.status()
+    # one graph per step: whatever dynamo cannot trace would split it (and run between graphs)
+    assert not torch._dynamo.utils.counters["graph_break"]
     return engine
 
 

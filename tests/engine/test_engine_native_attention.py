@@ -52,12 +52,6 @@ def test_sizes_beyond_the_kernel_fall_back_to_sdpa() -> None:
                                sdpa_decode(q, k, v, index, mask, 0.125))
 
 
-def test_the_kernel_or_sdpa_is_chosen_by_size() -> None:
-    assert native_attention.faster(torch.float32, 1 << 20)
-    assert native_attention.faster(torch.bfloat16, native_attention.BF16_MAX_KEYS)
-    assert not native_attention.faster(torch.bfloat16, native_attention.BF16_MAX_KEYS + 1)
-
-
 def test_sdpa_can_be_forced(monkeypatch) -> None:
     q, k, _, _, _ = _case(1, 4, 2, 1, 8, torch.float32, False)
     assert native_attention.usable(q, k)
