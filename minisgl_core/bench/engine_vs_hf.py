@@ -103,8 +103,8 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
          compile_step: bool = False) -> None:
     """Run the comparison and print a table (or one JSON object per batch size and engine).
 
-    With ``compile_step`` every mode runs twice, eager and with its decode step compiled (the graphs
-    compiled, or loaded from inductor's cache, before anything is timed).
+    With ``compile_step`` every mode runs twice, eager and with its decode step compiled (the
+    graphs compiled, or loaded from inductor's cache, before anything is timed).
 
     With ``tp`` > 1 the engine is split over ``tp`` ranks on this host that share ``threads``
     between them (transformers keeps all of them); the peak memory is rank 0's.

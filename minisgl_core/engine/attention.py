@@ -140,11 +140,6 @@ class Workspace:
         return self._k[:n], self._v[:n]
 
 
-def _buffers(ws: Workspace, n: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    # a compiled graph plans its own buffers (and a reused one would be a graph input)
-    return (None, None) if torch.compiler.is_compiling() else ws.buffers(n)
-
-
 def _gathered(cache: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None, b: int,
               length: int) -> torch.Tensor:
     """Gather slots (into ``out`` when given) and view them as ``[B, Hkv, L, D]``."""
@@ -200,7 +195,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
                     ws: Workspace, scale: float | None = None) -> torch.Tensor:
     """``q [T, Hq, D]``, new ``k, v [T, Hkv, D]`` (already stored) -> ``[T, Hq * D]``;
     ``scale`` multiplies q·k (None: 1 / sqrt(D)). ``windowed(meta, w)`` for a sliding layer."""
-    t, hq, d = q.shape
+    d = q.shape[-1]
     q = q.contiguous()  # a strided q (a slice of the fused q|k rows) sends SDPA down a slow path
     outs: list[torch.Tensor] = []
     nd = meta.num_decode
@@ -224,7 +219,7 @@ def sdpa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     (``ws``'s, or new ones) for SDPA: ``q [B, Hq, D]`` -> ``[B, Hq * D]``."""
     b, hq, d = q.shape
     length = kv_index.shape[0] // b
-    kb, vb = (None, None) if ws is None else _buffers(ws, b * length)
+    kb, vb = (None, None) if ws is None else ws.buffers(b * length)
     keys = _gathered(k_cache, kv_index, kb, b, length)
     vals = _gathered(v_cache, kv_index, vb, b, length)
     o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=mask,
@@ -254,7 +249,7 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                            is_causal=g.mask is None, enable_gqa=True,
                                            scale=scale)
         return o[0].transpose(0, 1).reshape(tp, hq * d)
-    kb, vb = _buffers(ws, g.batch * g.kv_len)
+    kb, vb = ws.buffers(g.batch * g.kv_len)
     keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
     vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
     if g.q_pad is None:
