@@ -2,8 +2,8 @@
 
 A decoding request whose last ``n`` tokens (``prompt_lookup_max`` down to ``prompt_lookup_min``)
 occurred earlier in its prompt + output proposes the up to ``k`` tokens that followed that earlier
-occurrence. The engine then runs its last token and the drafts as one extend chunk of ``k + 1``
-query positions through the paged-KV batch, and ``verify`` keeps the longest accepted prefix plus
+occurrence. The engine then runs its last token and the drafts as ``k + 1`` decode rows of the
+step's batch (step_layout.py), and ``verify`` keeps the longest accepted prefix plus
 one token of the target's own: exactly the greedy tokens under greedy, and under sampling the
 rejection rule for a point-mass draft (accept draft t with probability p(t), else sample from p
 with t removed), which leaves the output distribution that of plain decoding.

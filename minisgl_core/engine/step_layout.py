@@ -1,10 +1,14 @@
 """The flat token layout of one step: plain decode rows, speculating chunks, prefill chunks.
 
 One forward takes every scheduled token in one row order: first one row per plain decoding
-request, then per speculating request its last token and its drafts (an extend chunk of
-``k + 1`` query positions), then the prefill chunks. ``rows`` are the rows whose logits sample a
-plain token (decodes, and the last row of a prefill that completes its prompt); ``spec_rows`` are
-every row of the speculating chunks, in order, which ``Speculator.verify_all`` reads.
+request, then per speculating request its last token and its drafts, then the prefill chunks.
+A speculating request's ``k + 1`` positions are decode rows too, each with its own context
+length (its position + 1): the step stores every row's key and value before any row attends,
+so position i sees the drafts before it, and a step with drafts stays a decode-only step (the
+paged decode attention, the compiled graph) instead of one with an extend chunk. ``rows`` are
+the rows whose logits sample a plain token (decodes, and the last row of a prefill that
+completes its prompt); ``spec_rows`` are every row of the speculating requests, in order, which
+``Speculator.verify_all`` reads.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ class StepLayout:
     """Inputs of one forward and where each request's logits are."""
 
     ids: list[int]  # [T] token ids in row order
-    decode: list[Pages]  # one per plain decode row
-    prefill: list[Chunk]  # speculating chunks first, then prefill chunks
+    decode: list[Pages]  # one per plain decode row, then one per speculating position
+    prefill: list[Chunk]  # the prefill chunks
     rows: list[int]  # rows sampled for ``to_sample``, in its order
     to_sample: list[Request]
     spec_rows: list[int]  # the k + 1 rows of each speculating request, in its order
@@ -56,6 +60,6 @@ def layout(batch: ScheduledBatch, spec: list[Request]) -> StepLayout:
             rows.append(len(ids) - 1)
             to_sample.append(r)
     decode = [(r.pages, r.num_cached + 1) for r in batch.decode]
-    prefill = [(r.pages, r.num_cached, 1 + len(r.drafts)) for r in spec]
-    prefill += [(r.pages, r.num_cached, n) for r, n in batch.prefill]
+    decode += [(r.pages, r.num_cached + 1 + i) for r in spec for i in range(1 + len(r.drafts))]
+    prefill = [(r.pages, r.num_cached, n) for r, n in batch.prefill]
     return StepLayout(ids, decode, prefill, rows, to_sample, spec_rows, chunks)
