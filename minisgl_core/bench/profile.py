@@ -15,9 +15,11 @@ from typing import Any
 
 from minisgl_core.engine.wo_quant import PROFILE_NAMES
 
+# minisgl::native_linear's own time is the weight-only kernels' (and a little glue around them)
 MATMUL = {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "quantized::linear_dynamic",
-          "aten::_int_mm", *PROFILE_NAMES}
+          "aten::_int_mm", "minisgl::native_linear", *PROFILE_NAMES}
 ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::index_select",
+             "minisgl::native_decode_attention",
              "aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::_softmax",
              "aten::index_copy_", "aten::index_put_"}
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 # compiled_ops registers minisgl::decode_attention, which a traced decode step calls
-from minisgl_core.engine import compiled_ops, native_attention  # noqa: F401
+from minisgl_core.engine import compiled_ops, native_attention, native_ops  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     nd = meta.num_decode
     if meta.decode is not None:
         g, qd, sc = meta.decode, q[:nd], d ** -0.5 if scale is None else scale
-        if torch.compiler.is_compiling():  # traced: the kernel is chosen when the step runs
+        if qd.device.type == "cpu" and native_ops.available():  # one dispatcher call
+            outs.append(torch.ops.minisgl.native_decode_attention(qd, k_cache, v_cache,
+                                                                  g.kv_index, g.mask, sc))
+        elif torch.compiler.is_compiling():  # traced: the kernel is chosen when the step runs
             outs.append(torch.ops.minisgl.decode_attention(qd, k_cache, v_cache, g.kv_index,
                                                            g.mask, sc))
         else:

@@ -58,9 +58,14 @@ def linear(x: torch.Tensor, residual: torch.Tensor | None, handle: str) -> torch
     return _object(handle).run_eager(x, residual)
 
 
+def linear_out_features(handle: str) -> int:
+    """The output width of ``Linear`` ``handle`` (for the fake kernels of tracing)."""
+    return int(_object(handle).out_features)
+
+
 @linear.register_fake
 def _linear_fake(x: torch.Tensor, residual: torch.Tensor | None, handle: str) -> torch.Tensor:
-    return x.new_empty((x.shape[0], _object(handle).out_features))
+    return x.new_empty((x.shape[0], linear_out_features(handle)))
 
 
 @torch.library.custom_op("minisgl::all_reduce", mutates_args=("x",))

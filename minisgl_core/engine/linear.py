@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from minisgl_core.engine import compiled_ops
+from minisgl_core.engine import compiled_ops, native_ops
 
 log = logging.getLogger(__name__)
 # Row counts measured at load, one per bucket: decode batches (1, 8, 32) and prefill chunks (128+)
@@ -221,7 +221,7 @@ class Linear:
     ``kernels``: one per bucket (BUCKETS), all of one layout; one kernel name means it for all.
     """
 
-    __slots__ = ("__weakref__", "_table", "bias", "handle", "in_features", "kernels",
+    __slots__ = ("__weakref__", "_table", "bias", "handle", "in_features", "kernels", "native",
                  "out_features", "weight")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -239,9 +239,13 @@ class Linear:
         # rows -> kernel for the common small row counts (one tuple index per call)
         self._table = tuple(self.kernels[bucket_of(r)] for r in range(_BUCKET_TOP[-1] + 1))
         self.handle = compiled_ops.new_handle(self)  # what a compiled graph calls it by
+        # True: the C++ operator runs it (same kernels, no Python per call; native_ops.py)
+        self.native = native_ops.register(self)
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused where the kernel can)."""
+        if self.native:  # eager or traced alike: one dispatcher call
+            return torch.ops.minisgl.native_linear(x, residual, self.handle)
         if torch.compiler.is_compiling():  # traced: the same kernel, behind an opaque op
             return torch.ops.minisgl.linear(x, residual, self.handle)
         return self.run_eager(x, residual)

@@ -114,13 +114,15 @@ def best_isa() -> int:
 
 
 def main() -> int:
-    """Build the library (``make setup``); a failure is reported, not fatal: the torch fallback
-    works without it."""
-    try:
-        print(f"native kernels: {build()}")
-    except RuntimeError as exc:
-        print(f"native kernels not built (the torch fallback will be used): {exc}",
-              file=sys.stderr)
+    """Build the library and its torch operators (``make setup``); a failure is reported, not
+    fatal: the torch fallback and the Python paths work without them."""
+    from minisgl_core.engine import native_ops
+
+    for what, make in (("native kernels", build), ("native torch operators", native_ops.build)):
+        try:
+            print(f"{what}: {make()}")
+        except RuntimeError as exc:
+            print(f"{what} not built (the Python paths will be used): {exc}", file=sys.stderr)
     return 0
 
 

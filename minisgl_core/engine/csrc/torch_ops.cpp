@@ -1,0 +1,263 @@
+// The engine's matmuls and decode attention as torch operators registered in C++, so that
+// neither an eager step nor a compiled graph enters Python to run them: a compiled graph's C++
+// wrapper calls them through the dispatcher (about 1 us a call, against about 15 us for the
+// Python custom op with its kernel lookup, ctypes call and result handling).
+//
+// minisgl::native_linear(x, residual, handle): the Linear registered under ``handle``
+// (native_ops.py) picks its row bucket's kernel exactly as linear.py's Linear.run_eager does:
+// torch.mm on the [in, out] or [out, in] weight, oneDNN on its packed weight (rows padded to
+// the same bounded set of sizes), or the weight-only kernels of wo_matmul.c, natively or by
+// dequantizing a tile at a time. minisgl::native_decode_attention runs paged_attention.c,
+// else gathers the pages for SDPA as attention.py's sdpa_decode does.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+void wo_int8(const float *x, int T, int in, const int8_t *q, const float *scale, int out,
+             float *y, int threads, int isa);
+void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+             const uint16_t *mn, int out, float *y, int threads, int isa);
+int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
+              const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
+              void *out, int isa);
+int wo_best_isa(void);
+}
+
+namespace {
+
+constexpr int kBuckets = 4;
+constexpr int64_t kBucketTop[kBuckets - 1] = {2, 16, 64};  // linear.py's _BUCKET_TOP
+constexpr int64_t kTileElems = 1 << 20;                     // wo_quant.py's TILE_ELEMS
+
+enum class Kind { Dense, DenseHF, OneDNN, Int8WO, Int4, Int8WODequant, Int4Dequant };
+
+Kind kind_of(const std::string &name) {
+    static const std::unordered_map<std::string, Kind> kinds = {
+        {"dense", Kind::Dense},          {"dense-hf", Kind::DenseHF},
+        {"onednn", Kind::OneDNN},        {"onednn-rows", Kind::OneDNN},
+        {"onednn-hf", Kind::OneDNN},     {"int8-wo", Kind::Int8WO},
+        {"int4", Kind::Int4},            {"int8-wo-dequant", Kind::Int8WODequant},
+        {"int4-dequant", Kind::Int4Dequant}};
+    auto it = kinds.find(name);
+    TORCH_CHECK(it != kinds.end(), "minisgl: no native kernel named ", name);
+    return it->second;
+}
+
+struct Entry {
+    Kind kind[kBuckets];
+    int64_t minimum[kBuckets];        // oneDNN: fewer rows are padded up to it
+    std::vector<at::Tensor> weight;   // the layout's tensors: [w] or [q, scale(, min)]
+    std::optional<at::Tensor> bias;
+    int64_t in_features, out_features;
+};
+
+std::shared_mutex registry_lock;
+std::unordered_map<std::string, Entry> registry;
+
+int bucket_of(int64_t rows) {
+    for (int i = 0; i < kBuckets - 1; i++)
+        if (rows <= kBucketTop[i]) return i;
+    return kBuckets - 1;
+}
+
+int64_t padded_rows(int64_t rows, int64_t minimum) {  // linear.py's padded_rows
+    if (rows <= minimum) return minimum;
+    int64_t step = rows <= 64 ? 8 : 32;
+    return (rows + step - 1) / step * step;
+}
+
+at::Tensor add_into(at::Tensor y, const std::optional<at::Tensor> &bias,
+                    const std::optional<at::Tensor> &residual) {
+    if (bias) y.add_(*bias);
+    if (residual) y.add_(*residual);
+    return y;
+}
+
+at::Tensor mm(const at::Tensor &x, const at::Tensor &w, const std::optional<at::Tensor> &bias,
+              const std::optional<at::Tensor> &residual) {  // linear.py's _mm
+    if (bias) {
+        auto y = at::addmm(*bias, x, w);
+        return residual ? y.add_(*residual) : y;
+    }
+    return residual ? at::addmm(*residual, x, w) : at::mm(x, w);
+}
+
+at::Tensor onednn(const at::Tensor &x_in, const at::Tensor &packed,
+                  const std::optional<at::Tensor> &bias,
+                  const std::optional<at::Tensor> &residual_in, int64_t minimum) {
+    static const auto unary = c10::Dispatcher::singleton().findSchemaOrThrow(
+        "mkldnn::_linear_pointwise", "");
+    static const auto binary = c10::Dispatcher::singleton().findSchemaOrThrow(
+        "mkldnn::_linear_pointwise", "binary");
+    int64_t rows = x_in.size(0), padded = padded_rows(rows, minimum);
+    at::Tensor x = x_in;
+    std::optional<at::Tensor> residual = residual_in;
+    if (padded != rows) {  // a bounded set of shapes: oneDNN caches a primitive per shape
+        x = at::constant_pad_nd(x, {0, 0, 0, padded - rows});
+        if (residual) residual = at::constant_pad_nd(*residual, {0, 0, 0, padded - rows});
+    }
+    torch::jit::Stack stack;
+    if (residual) {
+        stack = {x, *residual, packed, bias ? c10::IValue(*bias) : c10::IValue(), "add"};
+        binary.callBoxed(&stack);
+    } else {
+        stack = {x, packed, bias ? c10::IValue(*bias) : c10::IValue(), "none",
+                 c10::List<std::optional<at::Scalar>>(), c10::IValue()};
+        unary.callBoxed(&stack);
+    }
+    at::Tensor y = stack.back().toTensor();
+    return padded == rows ? y : y.narrow(0, 0, rows);
+}
+
+at::Tensor weight_only(const Entry &e, Kind kind, const at::Tensor &x_in,
+                       const std::optional<at::Tensor> &residual) {
+    at::Tensor x = x_in.to(at::kFloat).contiguous();
+    int64_t rows = x.size(0), out = e.out_features;
+    at::Tensor y = at::empty({rows, out}, x.options());
+    int threads = at::get_num_threads();
+    const at::Tensor &q = e.weight[0], &scale = e.weight[1];
+    if (kind == Kind::Int8WO) {
+        wo_int8(x.data_ptr<float>(), rows, e.in_features, q.data_ptr<int8_t>(),
+                scale.data_ptr<float>(), out, y.data_ptr<float>(), threads, -1);
+    } else {
+        const at::Tensor &mn = e.weight[2];
+        wo_int4(x.data_ptr<float>(), rows, e.in_features, q.data_ptr<uint8_t>(),
+                reinterpret_cast<const uint16_t *>(scale.data_ptr()),
+                reinterpret_cast<const uint16_t *>(mn.data_ptr()), out,
+                y.data_ptr<float>(), threads, -1);
+    }
+    if (x_in.scalar_type() != at::kFloat) y = y.to(x_in.scalar_type());
+    return add_into(y, e.bias, residual);
+}
+
+at::Tensor dequantized(const Entry &e, int64_t a, int64_t b, at::ScalarType dtype) {
+    // wo_quant.py's dequantize_int8 / dequantize_int4 of output rows [a, b)
+    const at::Tensor q = e.weight[0].slice(0, a, b);
+    if (e.weight.size() == 2) return q.to(dtype).mul(e.weight[1].slice(0, a, b).unsqueeze(1).to(dtype));
+    at::Tensor nib = at::cat({q.bitwise_and(15), q.bitwise_right_shift(4)}, 2).to(dtype);
+    at::Tensor full = nib.mul(e.weight[1].slice(0, a, b).unsqueeze(2).to(dtype))
+                          .add_(e.weight[2].slice(0, a, b).unsqueeze(2).to(dtype));
+    return full.flatten(1).narrow(1, 0, e.in_features);
+}
+
+at::Tensor dequant_mm(const Entry &e, const at::Tensor &x,
+                      const std::optional<at::Tensor> &residual) {
+    int64_t out = e.out_features, step = std::max<int64_t>(1, kTileElems / x.size(1));
+    std::vector<at::Tensor> parts;
+    for (int64_t a = 0; a < out; a += step)
+        parts.push_back(at::mm(x, dequantized(e, a, std::min(out, a + step), x.scalar_type()).t()));
+    return add_into(parts.size() == 1 ? parts[0] : at::cat(parts, 1), e.bias, residual);
+}
+
+at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &residual,
+                         c10::string_view handle) {
+    const Entry *e;
+    {
+        std::shared_lock<std::shared_mutex> hold(registry_lock);
+        auto it = registry.find(std::string(handle));
+        TORCH_CHECK(it != registry.end(), "minisgl: no linear layer registered as ", handle);
+        e = &it->second;  // entries are only erased when their Linear is gone
+    }
+    int b = bucket_of(x.size(0));
+    switch (e->kind[b]) {
+    case Kind::Dense: return mm(x, e->weight[0], e->bias, residual);
+    case Kind::DenseHF: return mm(x, e->weight[0].t(), e->bias, residual);
+    case Kind::OneDNN: return onednn(x, e->weight[0], e->bias, residual, e->minimum[b]);
+    case Kind::Int8WO:
+    case Kind::Int4: return weight_only(*e, e->kind[b], x, residual);
+    default: return dequant_mm(*e, x, residual);
+    }
+}
+
+void register_linear(c10::string_view handle, std::vector<std::string> kinds,
+                     std::vector<int64_t> minimums, std::vector<at::Tensor> weight,
+                     const std::optional<at::Tensor> &bias, int64_t in_features,
+                     int64_t out_features) {
+    TORCH_CHECK(kinds.size() == kBuckets && minimums.size() == kBuckets,
+                "minisgl: one kernel per row bucket");
+    Entry e;
+    for (int i = 0; i < kBuckets; i++) {
+        e.kind[i] = kind_of(kinds[i]);
+        e.minimum[i] = minimums[i];
+    }
+    e.weight = std::move(weight);
+    e.bias = bias;
+    e.in_features = in_features;
+    e.out_features = out_features;
+    std::unique_lock<std::shared_mutex> hold(registry_lock);
+    registry[std::string(handle)] = std::move(e);
+}
+
+void drop_linear(c10::string_view handle) {
+    std::unique_lock<std::shared_mutex> hold(registry_lock);
+    registry.erase(std::string(handle));
+}
+
+at::Tensor sdpa_decode(const at::Tensor &q, const at::Tensor &k_cache, const at::Tensor &v_cache,
+                       const at::Tensor &kv_index, const std::optional<at::Tensor> &mask,
+                       double scale) {  // attention.py's sdpa_decode, without its buffers
+    int64_t b = q.size(0), hq = q.size(1), d = q.size(2), len = kv_index.size(0) / b;
+    auto gathered = [&](const at::Tensor &cache) {
+        return at::index_select(cache, 0, kv_index).view({b, len, cache.size(1), d}).transpose(1, 2);
+    };
+    at::Tensor o = at::scaled_dot_product_attention(q.unsqueeze(2), gathered(k_cache),
+                                                    gathered(v_cache), mask, 0.0, false, scale,
+                                                    true);
+    return o.reshape({b, hq * d});
+}
+
+at::Tensor native_decode_attention(const at::Tensor &q_in, const at::Tensor &k_cache,
+                                   const at::Tensor &v_cache, const at::Tensor &kv_index,
+                                   const std::optional<at::Tensor> &mask, double scale) {
+    const char *choice = std::getenv("MINISGL_ATTENTION");
+    bool dtype_ok = (q_in.scalar_type() == at::kFloat || q_in.scalar_type() == at::kBFloat16) &&
+                    k_cache.scalar_type() == q_in.scalar_type();
+    if (!q_in.is_cpu() || !dtype_ok || (choice && std::strcmp(choice, "sdpa") == 0) ||
+        !k_cache.is_contiguous() || !v_cache.is_contiguous())
+        return sdpa_decode(q_in, k_cache, v_cache, kv_index, mask, scale);
+    at::Tensor q = q_in.contiguous();
+    int64_t b = q.size(0), hq = q.size(1), d = q.size(2), len = kv_index.size(0) / b;
+    at::Tensor index = kv_index.contiguous();
+    std::optional<at::Tensor> valid;
+    if (mask) valid = mask->reshape({b, len}).contiguous();
+    at::Tensor out = at::empty({b, hq * d}, q.options());
+    int done = pa_decode(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                         index.data_ptr<int64_t>(),
+                         valid ? static_cast<const uint8_t *>(valid->data_ptr()) : nullptr, b, len,
+                         hq, k_cache.size(1), d, static_cast<float>(scale),
+                         q.scalar_type() == at::kBFloat16, out.data_ptr(), wo_best_isa());
+    return done == 0 ? out : sdpa_decode(q, k_cache, v_cache, kv_index, mask, scale);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(minisgl, m) {
+    m.def("native_linear(Tensor x, Tensor? residual, str handle) -> Tensor");
+    m.def("native_linear_register(str handle, str[] kinds, int[] minimums, Tensor[] weight, "
+          "Tensor? bias, int in_features, int out_features) -> ()", &register_linear);
+    m.def("native_linear_drop(str handle) -> ()", &drop_linear);
+    m.def("native_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor kv_index, "
+          "Tensor? mask, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(minisgl, CompositeExplicitAutograd, m) {
+    m.impl("native_linear", &native_linear);
+    m.impl("native_decode_attention", &native_decode_attention);
+}

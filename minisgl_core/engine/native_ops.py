@@ -1,0 +1,162 @@
+"""The native kernels as torch operators (csrc/torch_ops.cpp): one C++ library, built against
+this torch into the cache directory, that registers ``minisgl::native_linear`` and
+``minisgl::native_decode_attention`` with torch's dispatcher.
+
+A Linear whose kernels it knows (every kernel but the W8A8 int8 ones) is registered with it once
+at load (``register``) and from then on runs by one dispatcher call, eagerly and inside compiled
+graphs, whose C++ wrapper calls it without entering Python. Where the library cannot be built
+(no C++ compiler, a torch without its headers) ``available()`` is False, the reason is logged
+once, and the Python paths (linear.py, compiled_ops.py) run instead. ``MINISGL_NATIVE_OPS=0``
+turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minisgl_core.engine import native
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).with_name("csrc") / "torch_ops.cpp"
+CXX_FLAGS = ("-O2", "-fPIC", "-std=c++20", "-Wno-c++20-extensions")
+# what each Kernel is called in torch_ops.cpp (kind_of); a Linear using any other stays in Python
+KINDS = frozenset({"dense", "dense-hf", "onednn", "onednn-rows", "onednn-hf", "int8-wo", "int4",
+                   "int8-wo-dequant", "int4-dequant"})
+
+_loaded: bool | None = None
+_failure: str | None = None
+
+
+def cxx_compiler() -> str | None:
+    """``$CXX``, else c++ / g++ / clang++, whichever is on PATH first."""
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _torch_paths() -> tuple[list[str], str]:
+    from torch.utils.cpp_extension import include_paths
+
+    return include_paths(), str(Path(torch.__file__).parent / "lib")
+
+
+def target(cc: str, cxx: str) -> Path:
+    """Where the library built from today's sources, compilers and torch lives."""
+    from minisgl_core.store.paths import cache_dir
+
+    parts = [s.read_bytes() for s in (*native.SOURCES, SOURCE)]
+    parts.append(" ".join((cc, cxx, *native.FLAGS, *CXX_FLAGS, torch.__version__,
+                           str(torch._C._GLIBCXX_USE_CXX11_ABI))).encode())
+    key = hashlib.sha256(b"".join(parts)).hexdigest()[:16]
+    return cache_dir() / "native" / f"minisgl-ops-{key}.so"
+
+
+def _run(cmd: list[str]) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"{' '.join(cmd)}: {exc}") from exc
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-600:]}")
+
+
+def build() -> Path:
+    """Compile the library if it is not in the cache yet; its path. RuntimeError says why not."""
+    cc, cxx = native.compiler(), cxx_compiler()
+    if cc is None or cxx is None:
+        raise RuntimeError("no C and C++ compiler (cc / c++, gcc / g++, clang / clang++) on PATH")
+    path = target(cc, cxx)
+    if path.is_file():
+        return path
+    includes, libdir = _torch_paths()
+    if not (Path(includes[0]) / "torch" / "library.h").is_file():
+        raise RuntimeError(f"this torch ships no C++ headers ({includes[0]})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        objects = []
+        for src in native.SOURCES:  # the C kernels, as the ctypes library builds them
+            obj = str(Path(tmp) / f"{src.stem}.o")
+            flags = [f for f in native.FLAGS if f != "-shared"]
+            _run([cc, *flags, "-c", str(src), "-o", obj])
+            objects.append(obj)
+        ops = str(Path(tmp) / "torch_ops.o")
+        _run([cxx, *CXX_FLAGS, *(f"-I{p}" for p in includes), "-c", str(SOURCE), "-o", ops])
+        out = str(Path(tmp) / "ops.so")
+        _run([cxx, "-shared", "-fopenmp", *objects, ops, "-o", out, f"-L{libdir}", "-lc10",
+              "-ltorch_cpu", f"-Wl,-rpath,{libdir}", *native.LIBS])
+        os.replace(out, path)  # atomic: a concurrent build of the same key is harmless
+    return path
+
+
+def available() -> bool:
+    """Whether the operators are registered (built and loaded now if needed)."""
+    global _loaded, _failure
+    if _loaded is None:
+        _loaded = False
+        if os.environ.get("MINISGL_NATIVE_OPS", "1") == "0":
+            _failure = "turned off by MINISGL_NATIVE_OPS=0"
+            return False
+        try:
+            torch.ops.load_library(str(build()))
+            _register_fakes()
+            _loaded = True
+        except (RuntimeError, OSError) as exc:
+            _failure = str(exc)
+            log.warning("native torch operators unavailable, the Python paths run: %s", _failure)
+    return _loaded
+
+
+def failure() -> str | None:
+    """Why ``available()`` is False (None when it loaded or was not tried)."""
+    return _failure
+
+
+def _register_fakes() -> None:
+    from minisgl_core.engine.compiled_ops import linear_out_features
+
+    @torch.library.register_fake("minisgl::native_linear")
+    def _linear(x: torch.Tensor, residual: torch.Tensor | None, handle: str) -> torch.Tensor:
+        return x.new_empty((x.shape[0], linear_out_features(handle)))
+
+    @torch.library.register_fake("minisgl::native_decode_attention")
+    def _attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   kv_index: torch.Tensor, mask: torch.Tensor | None,
+                   scale: float) -> torch.Tensor:
+        return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))
+
+
+def _layout_tensors(packed: Any) -> list[torch.Tensor]:
+    """A packed weight as the library takes it: ``[w]`` or ``[q, scale(, min)]``."""
+    if isinstance(packed, torch.Tensor):
+        return [packed]
+    names = ("q", "scale", "min") if hasattr(packed, "min") else ("q", "scale")
+    return [getattr(packed, n) for n in names]
+
+
+def register(linear: Any) -> bool:
+    """Hand ``linear`` (a linear.Linear) to the library, which then runs it by its handle;
+    False where it cannot (the library is missing, a kernel it does not know, not on the CPU).
+    The entry is dropped when the Linear is garbage."""
+    kernels = linear.kernels
+    if not all(k.name in KINDS for k in kernels):
+        return False
+    tensors = _layout_tensors(linear.weight)
+    if tensors[0].device.type != "cpu" or not available():
+        return False
+    minimums = [getattr(k, "minimum", 1) for k in kernels]
+    torch.ops.minisgl.native_linear_register(
+        linear.handle, [k.name for k in kernels], minimums, tensors, linear.bias,
+        linear.in_features, linear.out_features)
+    weakref.finalize(linear, torch.ops.minisgl.native_linear_drop, linear.handle)
+    return True
