@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-SOURCES = tuple(Path(__file__).with_name("csrc") / n for n in ("wo_matmul.c",
+SOURCES = tuple(Path(__file__).with_name("csrc") / n for n in ("wo_matmul.c", "wo_int4_bf16.c",
                                                                   "paged_attention.c"))
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
@@ -80,6 +80,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.wo_int8.argtypes = [p, i, i, p, p, i, p, i, i]
     lib.wo_int4.restype = None
     lib.wo_int4.argtypes = [p, i, i, p, p, p, i, p, i, i]
+    lib.wo_int4_bf16.restype = i
+    lib.wo_int4_bf16.argtypes = [p, i, p, p, p, i, p, i]
     lib.pa_decode.restype = i
     lib.pa_decode.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i, p, i]
 

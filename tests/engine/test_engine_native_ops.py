@@ -78,3 +78,22 @@ def test_decode_attention_matches_gather_and_sdpa(dtype: torch.dtype, batch: int
             torch.ops.minisgl.native_decode_attention(q, k_cache, v_cache, kv_index, m, 0.125),
             want, atol=tol, rtol=tol)
         monkeypatch.delenv("MINISGL_ATTENTION")
+
+
+@pytest.mark.parametrize("shape", [(37, 300), (960, 576), (576, 1536), (5, 96), (3, 32)])
+def test_int4_against_one_bf16_row_is_the_exact_product(shape: tuple[int, int]) -> None:
+    from minisgl_core.engine import native
+    from minisgl_core.engine.wo_quant import dequantize_int4, quantize_int4
+
+    out, inp = shape  # partial last blocks (300: 2 groups and 12 inputs past 4-group blocks)
+    gen = torch.Generator().manual_seed(out)
+    w = quantize_int4(torch.randn(out, inp, generator=gen) / 20)
+    x = torch.randn(1, inp, generator=gen).to(torch.bfloat16)
+    y = torch.full((1, out), float("nan"))
+    lib = native.library()
+    done = lib.wo_int4_bf16(x.data_ptr(), inp, w.q.data_ptr(), w.scale.data_ptr(),
+                            w.min.data_ptr(), out, y.data_ptr(), 2)
+    if done != 0:
+        pytest.skip("no AVX512-BF16 here")
+    # bf16 inputs times 1 + nib / 16 are exact in fp32: only the order of the sums differs
+    torch.testing.assert_close(y, x.float() @ dequantize_int4(w).t(), atol=1e-5, rtol=1e-5)

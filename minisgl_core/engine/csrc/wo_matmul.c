@@ -22,7 +22,8 @@
 /* one row of x rearranged for the AVX-512 int4 blocks: [blocks][BLOCK_FLOATS] */
 typedef struct {
     const float *x;
-    int blocks;
+    int blocks;  /* ceil(groups / 4): the last block may hold fewer than four groups */
+    int groups;
 } Blocked;
 
 #if defined(__x86_64__)
@@ -261,12 +262,17 @@ INL5 float i4_blocks_avx512(const Blocked *bx, const uint8_t *w, const uint16_t 
     const __m512 sixteen = _mm512_set1_ps(16.0f);
     __m512 acc = _mm512_setzero_ps();
     for (int blk = 0; blk < bx->blocks; blk++) {
-        __m512i q = _mm512_loadu_si512((const void *)(w + blk * 64));
+        /* the last block may hold 1-3 groups: the rest loads as zeros (scale and min 0, so
+         * those lanes add nothing; their inputs are zeros too, see i4_blocks_prep) */
+        int left = bx->groups - 4 * blk;
+        __mmask64 qm = left >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * left)) - 1);
+        __mmask8 gm = left >= 4 ? 0x0f : (__mmask8)((1u << left) - 1);
+        __m512i q = _mm512_maskz_loadu_epi8(qm, (const void *)(w + blk * 64));
         _mm_prefetch((const char *)(w + blk * 64 + PREFETCH_BYTES), _MM_HINT_T0);
         __m512 s16 = _mm512_mul_ps(sixteen, _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
-            _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(sc + 4 * blk))))));
+            _mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, sc + 4 * blk)))));
         __m512 m16 = _mm512_sub_ps(_mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
-            _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(mn + 4 * blk))))), s16);
+            _mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, mn + 4 * blk)))), s16);
         const float *xb = bx->x + (int64_t)blk * BLOCK_FLOATS;
         __m512 d0 = _mm512_mul_ps(NIB_FLOAT(q, 0), _mm512_loadu_ps(xb));  /* two chains */
         __m512 d1 = _mm512_mul_ps(NIB_FLOAT(q, 1), _mm512_loadu_ps(xb + 16));
@@ -286,16 +292,19 @@ INL5 float i4_blocks_avx512(const Blocked *bx, const uint8_t *w, const uint16_t 
 /* out [blocks][BLOCK_FLOATS]: one row's inputs of each block in the order lane k's nibble p
  * reads them (dword k is bytes 4 (k % 4) .. 4 (k % 4) + 3 of group k / 4, a byte's low nibble
  * element j of its group, its high one element j + 16), then the sum of every lane's 8 inputs */
-T5 static void i4_blocks_prep(const float *x, int blocks, float *out) {
+T5 static void i4_blocks_prep(const float *x, int in, int blocks, float *out) {
     const __m512i lane = _mm512_setr_epi32(0, 4, 8, 12, 32, 36, 40, 44, 64, 68, 72, 76,
                                            96, 100, 104, 108);
     for (int blk = 0; blk < blocks; blk++) {
         const float *src = x + blk * 4 * GROUP;
+        const __m512i left = _mm512_set1_epi32(in - blk * 4 * GROUP);  /* inputs from src on */
         float *dst = out + (int64_t)blk * BLOCK_FLOATS;
         __m512 sum = _mm512_setzero_ps();
         for (int p = 0; p < 8; p++) {
             __m512i at = _mm512_add_epi32(lane, _mm512_set1_epi32((p >> 1) + 16 * (p & 1)));
-            __m512 v = _mm512_i32gather_ps(at, src, 4);
+            /* past the row's end: zeros, never read */
+            __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(),
+                                                _mm512_cmplt_epi32_mask(at, left), at, src, 4);
             _mm512_storeu_ps(dst + p * 16, v);
             sum = _mm512_add_ps(sum, v);
         }
@@ -305,10 +314,8 @@ T5 static void i4_blocks_prep(const float *x, int blocks, float *out) {
 
 T5 static void i4_row_avx512(const float *x, int T, int in, const Blocked *bx, const uint8_t *w,
                              const uint16_t *sc, const uint16_t *mn, float *y, int out) {
-    if (bx->blocks > 0) {  /* one row: whole blocks, then the groups after them */
-        float head = i4_blocks_avx512(bx, w, sc, mn);
-        i4_tile_avx512(x, in, 4 * bx->blocks, w, sc, mn, y, out, 1);
-        y[0] += head;
+    if (bx->blocks > 0) {  /* one row: every group in blocks, the last one maybe partial */
+        y[0] = i4_blocks_avx512(bx, w, sc, mn);
         return;
     }
     int t = 0;
@@ -358,13 +365,13 @@ void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *sc
     int groups = (in + GROUP - 1) / GROUP;
     /* blocks at one row only: from two rows up the per-group path, whose dequantized vectors
      * serve every row of a tile, measured faster (docs/benchmarks.md) */
-    Blocked bx = {NULL, isa == 2 && T == 1 ? in / GROUP / 4 : 0};
+    Blocked bx = {NULL, isa == 2 && T == 1 ? (groups + 3) / 4 : 0, groups};
     float *buf = NULL;
     if (bx.blocks > 0) {
         buf = malloc(sizeof(float) * (size_t)bx.blocks * BLOCK_FLOATS);
         if (buf == NULL) bx.blocks = 0;  /* the per-group path needs no buffer */
 #ifdef HAVE_X86
-        else i4_blocks_prep(x, bx.blocks, buf);
+        else i4_blocks_prep(x, in, bx.blocks, buf);
 #endif
         bx.x = buf;
     }

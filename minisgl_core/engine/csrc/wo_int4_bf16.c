@@ -1,0 +1,149 @@
+/* int4 weights against one row of bf16 inputs, on AVX512-BF16's dot product (vdpbf16ps).
+ *
+ * The weights are wo_matmul.c's Q4_1 groups (32 inputs per group, 16 bytes, byte j holding
+ * element j low and element j + 16 high; fp16 scale and min per group). Read as 16-bit words, a
+ * 64-byte block (four groups) holds four nibbles per word; one shift and one vpternlogd put
+ * nibble p at bits 3-6 of each word and OR in 0x3F80, bf16's 1.0: the bf16 number 1 + nib / 16,
+ * exact, with no conversion. So 8 integer ops unpack 128 weights into four vectors of 32 bf16,
+ * and four vdpbf16ps multiply them with the inputs (laid out once per call in the same order),
+ * summing word pairs into fp32 lanes; every lane stays in one group, so with s16 = 16 scale and
+ * m16 = min - 16 scale a lane adds s16 * sum(f x) + m16 * sum(x) once per block. About 22 vector
+ * ops per 128 weights against 33 for the fp32 block path, whose inputs stay fp32: this one is
+ * for inputs that already are bf16 (the engine computing in bf16), rounded nowhere else.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#define GROUP 32
+#define BLOCK_BYTES 64
+#define PREFETCH_BYTES 2048
+/* a block's inputs: 4 vectors of 32 bf16 (64 bytes each), then 16 fp32 lane sums */
+#define PREP_BYTES (4 * 64 + 16 * 4)
+#ifndef ROWS
+#define ROWS 4  /* output rows a step: independent chains, inputs loaded once for all */
+#endif
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+int wo_has_bf16(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+static inline float bf16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+
+/* The element of a block that word w of nibble vector p meets: byte 2w + (p >> 1) of the block,
+ * its low nibble for even p, its high one for odd p (element j + 16 of its group) */
+static inline int element_of(int w, int p) {
+    int byte = 2 * w + (p >> 1);
+    return (byte / 16) * GROUP + byte % 16 + 16 * (p & 1);
+}
+
+/* x [in] bf16 -> per block the inputs in nibble order (zeros past the row's end) and the sum
+ * of every fp32 lane's eight inputs */
+static void prep(const uint16_t *x, int in, int blocks, uint8_t *out) {
+    for (int blk = 0; blk < blocks; blk++) {
+        uint16_t *xv = (uint16_t *)(out + (size_t)blk * PREP_BYTES);
+        float *sums = (float *)(out + (size_t)blk * PREP_BYTES + 4 * 64);
+        for (int k = 0; k < 16; k++) sums[k] = 0.0f;
+        for (int p = 0; p < 4; p++)
+            for (int w = 0; w < 32; w++) {
+                int e = blk * 4 * GROUP + element_of(w, p);
+                uint16_t v = e < in ? x[e] : 0;
+                xv[p * 32 + w] = v;
+                sums[w / 2] += bf16_to_float(v);
+            }
+    }
+}
+
+#define TB __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c")))
+#define NIB_BF16(v) ((__m512bh)_mm512_ternarylogic_epi32(v, nib_bits, one_bits, 0xEA))
+
+/* R (1..4) consecutive output rows at once: independent chains for the out-of-order core, and
+ * each input vector loaded once for all of them */
+TB static inline __attribute__((always_inline)) void rows(
+        const uint8_t *xp, int blocks, int groups, const uint8_t *w, const uint16_t *sc,
+        const uint16_t *mn, float *y, const int R) {
+    const __m512i nib_bits = _mm512_set1_epi16(0x0078), one_bits = _mm512_set1_epi16(0x3F80);
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512 sixteen = _mm512_set1_ps(16.0f);
+    const int64_t stride = (int64_t)groups * 16;  /* bytes of one output row */
+    __m512 acc[4], mins[4];  /* sum of s (sum(f x) - sum(x)); sum of m sum(x) */
+    for (int r = 0; r < R; r++) acc[r] = mins[r] = _mm512_setzero_ps();
+    for (int blk = 0; blk < blocks; blk++) {
+        int left = groups - 4 * blk;  /* the last block may hold 1-3 groups: zeros past them */
+        __mmask64 qm = left >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * left)) - 1);
+        __mmask8 gm = left >= 4 ? 0x0f : (__mmask8)((1u << left) - 1);
+        const uint8_t *xb = xp + (size_t)blk * PREP_BYTES;
+        __m512bh x0 = (__m512bh)_mm512_loadu_si512(xb), x1 = (__m512bh)_mm512_loadu_si512(xb + 64);
+        __m512bh x2 = (__m512bh)_mm512_loadu_si512(xb + 128);
+        __m512bh x3 = (__m512bh)_mm512_loadu_si512(xb + 192);
+        __m512 xs = _mm512_loadu_ps((const float *)(xb + 256));
+        __m512 xneg = _mm512_sub_ps(_mm512_setzero_ps(), xs);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + r * stride + blk * BLOCK_BYTES;
+            const uint16_t *sr = sc + r * groups + 4 * blk, *mr = mn + r * groups + 4 * blk;
+            __m512i q = _mm512_maskz_loadu_epi8(qm, wr);
+            _mm_prefetch((const char *)(wr + PREFETCH_BYTES), _MM_HINT_T0);
+            __m512 s = _mm512_permutexvar_ps(spread,
+                _mm512_castps128_ps512(_mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, sr))));
+            __m512 m = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+                _mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, mr))));
+            /* sum(f x) - sum(x), f = 1 + nib / 16: the weight is 16 s (f - 1) + m */
+            __m512 d = _mm512_dpbf16_ps(xneg, NIB_BF16(_mm512_slli_epi16(q, 3)), x0);
+            d = _mm512_dpbf16_ps(d, NIB_BF16(_mm512_srli_epi16(q, 1)), x1);
+            d = _mm512_dpbf16_ps(d, NIB_BF16(_mm512_srli_epi16(q, 5)), x2);
+            d = _mm512_dpbf16_ps(d, NIB_BF16(_mm512_srli_epi16(q, 9)), x3);
+            acc[r] = _mm512_fmadd_ps(d, s, acc[r]);
+            mins[r] = _mm512_fmadd_ps(m, xs, mins[r]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(sixteen, acc[r], mins[r]));
+}
+#undef NIB_BF16
+
+TB static void all_rows(const uint8_t *xp, int blocks, int groups, const uint8_t *q,
+                        const uint16_t *scale, const uint16_t *mn, int out, float *y,
+                        int threads) {
+    int64_t stride = (int64_t)groups * 16;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int o = 0; o < out; o += ROWS) {
+        if (o + ROWS <= out) {
+            rows(xp, blocks, groups, q + o * stride, scale + (int64_t)o * groups,
+                 mn + (int64_t)o * groups, y + o, ROWS);
+            continue;
+        }
+        for (int r = o; r < out; r++)  /* the last 1 .. ROWS - 1 rows */
+            rows(xp, blocks, groups, q + r * stride, scale + (int64_t)r * groups,
+                 mn + (int64_t)r * groups, y + r, 1);
+    }
+}
+
+/* y [out] fp32 = x [in] bf16 @ dequant(W)^T; 0 when done, -1 where the CPU lacks AVX512-BF16
+ * or the buffer cannot be had (the caller then converts x to fp32 for wo_int4) */
+int wo_int4_bf16(const uint16_t *x, int in, const uint8_t *q, const uint16_t *scale,
+                 const uint16_t *mn, int out, float *y, int threads) {
+    static int has = -1;
+    if (has < 0) has = wo_has_bf16();
+    if (!has) return -1;
+    int groups = (in + GROUP - 1) / GROUP, blocks = (groups + 3) / 4;
+    uint8_t *xp = aligned_alloc(64, (size_t)blocks * PREP_BYTES);
+    if (xp == NULL) return -1;
+    prep(x, in, blocks, xp);
+    all_rows(xp, blocks, groups, q, scale, mn, out, y, threads);
+    free(xp);
+    return 0;
+}
+#else
+int wo_has_bf16(void) { return 0; }
+int wo_int4_bf16(const uint16_t *x, int in, const uint8_t *q, const uint16_t *scale,
+                 const uint16_t *mn, int out, float *y, int threads) {
+    return -1;
+}
+#endif
