@@ -95,11 +95,17 @@ def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None =
     loaded); ``isa``: native.ISAS value (None: the widest this CPU runs)."""
     lib = native.library()
     assert lib is not None, native.failure()
-    x = x.float().contiguous()
     rows, inp = x.shape
     out = w.q.shape[0]
     y = torch.empty(rows, out)
     threads, path = torch.get_num_threads(), -1 if isa is None else isa
+    if isinstance(w, Int4Weight) and x.dtype == torch.bfloat16 and path in (-1, 2):
+        # AVX512-BF16's dot product where the CPU has it (wo_int4_bf16.c), as the operator does
+        xb = x.contiguous()
+        if lib.wo_int4_bf16(xb.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(),
+                            w.min.data_ptr(), out, y.data_ptr(), threads) == 0:
+            return y
+    x = x.float().contiguous()
     if isinstance(w, Int8Weight):
         args: tuple[int, ...] = (x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(),
                                  out, y.data_ptr(), threads, path)

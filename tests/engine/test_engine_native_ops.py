@@ -80,18 +80,19 @@ def test_decode_attention_matches_gather_and_sdpa(dtype: torch.dtype, batch: int
         monkeypatch.delenv("MINISGL_ATTENTION")
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 33])
 @pytest.mark.parametrize("shape", [(37, 300), (960, 576), (576, 1536), (5, 96), (3, 32)])
-def test_int4_against_one_bf16_row_is_the_exact_product(shape: tuple[int, int]) -> None:
+def test_int4_against_bf16_rows_is_the_exact_product(shape: tuple[int, int], rows: int) -> None:
     from minisgl_core.engine import native
     from minisgl_core.engine.wo_quant import dequantize_int4, quantize_int4
 
     out, inp = shape  # partial last blocks (300: 2 groups and 12 inputs past 4-group blocks)
     gen = torch.Generator().manual_seed(out)
     w = quantize_int4(torch.randn(out, inp, generator=gen) / 20)
-    x = torch.randn(1, inp, generator=gen).to(torch.bfloat16)
-    y = torch.full((1, out), float("nan"))
+    x = torch.randn(rows, inp, generator=gen).to(torch.bfloat16)
+    y = torch.full((rows, out), float("nan"))
     lib = native.library()
-    done = lib.wo_int4_bf16(x.data_ptr(), inp, w.q.data_ptr(), w.scale.data_ptr(),
+    done = lib.wo_int4_bf16(x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(),
                             w.min.data_ptr(), out, y.data_ptr(), 2)
     if done != 0:
         pytest.skip("no AVX512-BF16 here")

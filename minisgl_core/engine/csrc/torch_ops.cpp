@@ -34,7 +34,7 @@ void wo_int8(const float *x, int T, int in, const int8_t *q, const float *scale,
              float *y, int threads, int isa);
 void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *scale,
              const uint16_t *mn, int out, float *y, int threads, int isa);
-int wo_int4_bf16(const uint16_t *x, int in, const uint8_t *q, const uint16_t *scale,
+int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                  const uint16_t *mn, int out, float *y, int threads);
 int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
               const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
@@ -128,12 +128,13 @@ at::Tensor onednn(const at::Tensor &x_in, const at::Tensor &packed,
     return padded == rows ? y : y.narrow(0, 0, rows);
 }
 
-// One bf16 row against int4 weights: AVX512-BF16's dot product (wo_int4_bf16.c), where the CPU
+// bf16 rows against int4 weights: AVX512-BF16's dot product (wo_int4_bf16.c), where the CPU
 // has it; false where it does not.
-bool int4_bf16_row(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
+bool int4_bf16(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
     at::Tensor x = x_in.contiguous();
-    y = at::empty({1, e.out_features}, x.options().dtype(at::kFloat));
-    return wo_int4_bf16(reinterpret_cast<const uint16_t *>(x.data_ptr()), e.in_features,
+    y = at::empty({x.size(0), e.out_features}, x.options().dtype(at::kFloat));
+    return wo_int4_bf16(reinterpret_cast<const uint16_t *>(x.data_ptr()), x.size(0),
+                        e.in_features,
                         e.weight[0].data_ptr<uint8_t>(),
                         reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
                         reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()),
@@ -143,8 +144,7 @@ bool int4_bf16_row(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
 at::Tensor weight_only(const Entry &e, Kind kind, const at::Tensor &x_in,
                        const std::optional<at::Tensor> &residual) {
     at::Tensor y;
-    if (kind == Kind::Int4 && x_in.size(0) == 1 && x_in.scalar_type() == at::kBFloat16 &&
-        int4_bf16_row(e, x_in, y))
+    if (kind == Kind::Int4 && x_in.scalar_type() == at::kBFloat16 && int4_bf16(e, x_in, y))
         return add_into(y.to(at::kBFloat16), e.bias, residual);
     at::Tensor x = x_in.to(at::kFloat).contiguous();
     int64_t rows = x.size(0), out = e.out_features;

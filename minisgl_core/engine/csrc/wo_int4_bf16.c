@@ -19,6 +19,7 @@
 #define PREFETCH_BYTES 2048
 /* a block's inputs: 4 vectors of 32 bf16 (64 bytes each), then 16 fp32 lane sums */
 #define PREP_BYTES (4 * 64 + 16 * 4)
+#define TILE 8  /* input rows a pass over a weight row (their accumulators stay in registers) */
 #ifndef ROWS
 #define ROWS 4  /* output rows a step: independent chains, inputs loaded once for all */
 #endif
@@ -106,43 +107,99 @@ TB static inline __attribute__((always_inline)) void rows(
     for (int r = 0; r < R; r++)
         y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(sixteen, acc[r], mins[r]));
 }
-#undef NIB_BF16
 
-TB static void all_rows(const uint8_t *xp, int blocks, int groups, const uint8_t *q,
+/* nt (1..TILE) input rows against one output row: the block unpacked once for all of them */
+TB static inline __attribute__((always_inline)) void tile(
+        const uint8_t *xp, int64_t xrow, int blocks, int groups, const uint8_t *w,
+        const uint16_t *sc, const uint16_t *mn, float *y, int out, const int nt) {
+    const __m512i nib_bits = _mm512_set1_epi16(0x0078), one_bits = _mm512_set1_epi16(0x3F80);
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[TILE], mins[TILE];
+    for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm512_setzero_ps();
+    for (int blk = 0; blk < blocks; blk++) {
+        int left = groups - 4 * blk;
+        __mmask64 qm = left >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * left)) - 1);
+        __mmask8 gm = left >= 4 ? 0x0f : (__mmask8)((1u << left) - 1);
+        __m512i q = _mm512_maskz_loadu_epi8(qm, w + blk * BLOCK_BYTES);
+        _mm_prefetch((const char *)(w + blk * BLOCK_BYTES + PREFETCH_BYTES), _MM_HINT_T0);
+        __m512bh v0 = NIB_BF16(_mm512_slli_epi16(q, 3)), v1 = NIB_BF16(_mm512_srli_epi16(q, 1));
+        __m512bh v2 = NIB_BF16(_mm512_srli_epi16(q, 5)), v3 = NIB_BF16(_mm512_srli_epi16(q, 9));
+        __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, sc + 4 * blk))));
+        __m512 m = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+            _mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, mn + 4 * blk))));
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *xb = xp + t * xrow + (size_t)blk * PREP_BYTES;
+            __m512 xs = _mm512_loadu_ps((const float *)(xb + 256));
+            __m512 d = _mm512_dpbf16_ps(_mm512_sub_ps(_mm512_setzero_ps(), xs), v0,
+                                        (__m512bh)_mm512_loadu_si512(xb));
+            d = _mm512_dpbf16_ps(d, v1, (__m512bh)_mm512_loadu_si512(xb + 64));
+            d = _mm512_dpbf16_ps(d, v2, (__m512bh)_mm512_loadu_si512(xb + 128));
+            d = _mm512_dpbf16_ps(d, v3, (__m512bh)_mm512_loadu_si512(xb + 192));
+            acc[t] = _mm512_fmadd_ps(d, s, acc[t]);
+            mins[t] = _mm512_fmadd_ps(m, xs, mins[t]);
+        }
+    }
+    const __m512 sixteen = _mm512_set1_ps(16.0f);
+    for (int t = 0; t < nt; t++)
+        y[(int64_t)t * out] = _mm512_reduce_add_ps(_mm512_fmadd_ps(sixteen, acc[t], mins[t]));
+}
+
+TB static void all_rows(const uint8_t *xp, int T, int blocks, int groups, const uint8_t *q,
                         const uint16_t *scale, const uint16_t *mn, int out, float *y,
                         int threads) {
-    int64_t stride = (int64_t)groups * 16;
+    int64_t stride = (int64_t)groups * 16, xrow = (int64_t)blocks * PREP_BYTES;
+    if (T == 1) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int o = 0; o < out; o += ROWS) {
-        if (o + ROWS <= out) {
-            rows(xp, blocks, groups, q + o * stride, scale + (int64_t)o * groups,
-                 mn + (int64_t)o * groups, y + o, ROWS);
-            continue;
+        for (int o = 0; o < out; o += ROWS) {
+            if (o + ROWS <= out) {
+                rows(xp, blocks, groups, q + o * stride, scale + (int64_t)o * groups,
+                     mn + (int64_t)o * groups, y + o, ROWS);
+                continue;
+            }
+            for (int r = o; r < out; r++)  /* the last 1 .. ROWS - 1 rows */
+                rows(xp, blocks, groups, q + r * stride, scale + (int64_t)r * groups,
+                     mn + (int64_t)r * groups, y + r, 1);
         }
-        for (int r = o; r < out; r++)  /* the last 1 .. ROWS - 1 rows */
-            rows(xp, blocks, groups, q + r * stride, scale + (int64_t)r * groups,
-                 mn + (int64_t)r * groups, y + r, 1);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int o = 0; o < out; o++) {
+        const uint8_t *w = q + o * stride;
+        const uint16_t *s = scale + (int64_t)o * groups, *m = mn + (int64_t)o * groups;
+        int t = 0;
+        for (; t + TILE <= T; t += TILE)
+            tile(xp + t * xrow, xrow, blocks, groups, w, s, m, y + (int64_t)t * out + o, out, TILE);
+        switch (T - t) {  /* a constant row count at each call: the loops unroll */
+#define REST(n) case n: tile(xp + t * xrow, xrow, blocks, groups, w, s, m, \
+                             y + (int64_t)t * out + o, out, n); break;
+        REST(1) REST(2) REST(3) REST(4) REST(5) REST(6) REST(7)
+#undef REST
+        }
     }
 }
 
-/* y [out] fp32 = x [in] bf16 @ dequant(W)^T; 0 when done, -1 where the CPU lacks AVX512-BF16
- * or the buffer cannot be had (the caller then converts x to fp32 for wo_int4) */
-int wo_int4_bf16(const uint16_t *x, int in, const uint8_t *q, const uint16_t *scale,
+#undef NIB_BF16
+
+/* y [T, out] fp32 = x [T, in] bf16 @ dequant(W)^T; 0 when done, -1 where the CPU lacks
+ * AVX512-BF16 or the buffer cannot be had (the caller then converts x to fp32 for wo_int4) */
+int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                  const uint16_t *mn, int out, float *y, int threads) {
     static int has = -1;
     if (has < 0) has = wo_has_bf16();
     if (!has) return -1;
     int groups = (in + GROUP - 1) / GROUP, blocks = (groups + 3) / 4;
-    uint8_t *xp = aligned_alloc(64, (size_t)blocks * PREP_BYTES);
+    uint8_t *xp = aligned_alloc(64, (size_t)T * blocks * PREP_BYTES);
     if (xp == NULL) return -1;
-    prep(x, in, blocks, xp);
-    all_rows(xp, blocks, groups, q, scale, mn, out, y, threads);
+    for (int t = 0; t < T; t++)
+        prep(x + (int64_t)t * in, in, blocks, xp + (size_t)t * blocks * PREP_BYTES);
+    all_rows(xp, T, blocks, groups, q, scale, mn, out, y, threads);
     free(xp);
     return 0;
 }
 #else
 int wo_has_bf16(void) { return 0; }
-int wo_int4_bf16(const uint16_t *x, int in, const uint8_t *q, const uint16_t *scale,
+int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                  const uint16_t *mn, int out, float *y, int threads) {
     return -1;
 }
