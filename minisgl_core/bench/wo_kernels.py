@@ -34,13 +34,15 @@ def pack_layers(scheme: str, layers: int, shapes: list[tuple[int, int]]
 
 
 def stream_seconds(packed: Packed, shapes: list[tuple[int, int]], rows: int, isa: int | None,
-                   repeat: int) -> float:
-    """The best of ``repeat`` passes over every packed layer with ``rows`` input rows."""
+                   repeat: int, bf16: bool = False) -> float:
+    """The best of ``repeat`` passes over every packed layer with ``rows`` input rows (bf16
+    ones with ``bf16``)."""
     import torch
 
     from minisgl_core.engine.wo_quant import native_matmul
 
-    xs = [torch.randn(rows, s[1]) for s in shapes]
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    xs = [torch.randn(rows, s[1]).to(dtype) for s in shapes]
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -52,9 +54,9 @@ def stream_seconds(packed: Packed, shapes: list[tuple[int, int]], rows: int, isa
 
 
 def main(model: str | None, rows: list[int], threads: int | None, isa: str | None,
-         repeat: int, json_lines: bool) -> int:
-    """Print one line (or JSON object) per scheme and row count; 1 when the library is absent
-    or ``isa`` is wider than this CPU runs."""
+         repeat: int, json_lines: bool, bf16: bool = False) -> int:
+    """Print one line (or JSON object) per scheme, input dtype and row count; 1 when the
+    library is absent or ``isa`` is wider than this CPU runs."""
     import torch
 
     from minisgl_core.bench.ceilings import layer_matmuls, measure
@@ -82,15 +84,17 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
         print(ceilings.line())
     for scheme in SCHEMES:
         packed, nbytes = pack_layers(scheme, layers, shapes)
-        for n in rows:
-            seconds = stream_seconds(packed, shapes, n, native.ISAS[path], repeat)
-            gb_s = nbytes / seconds / 1e9
-            # unrounded: on a slow host or a tiny model a rounded rate says little
-            row: dict[str, Any] = {"scheme": scheme, "rows": n, "path": path, "bytes": nbytes,
-                                   "ms": seconds * 1e3, "gb_s": gb_s,
-                                   "share_of_read": gb_s / ceilings.read_gb_s,
-                                   "read_gb_s": ceilings.read_gb_s}
-            print(json.dumps(row) if json_lines else
-                  f"{scheme:8} rows {n:3}: {seconds * 1e3:7.2f} ms, {gb_s:5.1f} GB/s = "
-                  f"{gb_s / ceilings.read_gb_s:4.0%} of the read bandwidth")
+        for inputs in ("fp32", "bf16") if bf16 else ("fp32",):
+            for n in rows:
+                seconds = stream_seconds(packed, shapes, n, native.ISAS[path], repeat,
+                                         inputs == "bf16")
+                gb_s = nbytes / seconds / 1e9
+                # unrounded: on a slow host or a tiny model a rounded rate says little
+                row: dict[str, Any] = {"scheme": scheme, "inputs": inputs, "rows": n,
+                                       "path": path, "bytes": nbytes, "ms": seconds * 1e3,
+                                       "gb_s": gb_s, "share_of_read": gb_s / ceilings.read_gb_s,
+                                       "read_gb_s": ceilings.read_gb_s}
+                print(json.dumps(row) if json_lines else
+                      f"{scheme:8} {inputs} rows {n:3}: {seconds * 1e3:7.2f} ms, "
+                      f"{gb_s:5.1f} GB/s = {gb_s / ceilings.read_gb_s:4.0%} of the read bandwidth")
     return 0

@@ -117,14 +117,22 @@ def bench_speculative(
     num_speculative_tokens: Annotated[int, typer.Option(min=1, help="Draft tokens (k).")] = 4,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
+    quantization: Annotated[str | None, typer.Option(
+        help="Engine weights: int8, int8-wo or int4 (default: the dtype's).")] = None,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or auto.")] = "auto",
+    compile_: Annotated[bool, typer.Option(
+        "--compile/--no-compile", help="Both engines with their decode step compiled.")] = False,
     json_: JsonOpt = False,
 ) -> None:
     """N-gram speculation on a repeating and a story workload, with and without it; exit 1 if
     it changed a greedy output."""
+    (scheme,) = _quantizations([quantization or "fp32"])
+    _dtypes([dtype])
     run = lazy_entry("minisgl_core.bench.speculative:main", "the speculation benchmark")
     raise typer.Exit(run(model=model, requests=requests, max_tokens=max_tokens,
                          concurrencies=concurrency or [1, 8], k=num_speculative_tokens,
-                         threads=threads, repeat=repeat, json_lines=json_))
+                         threads=threads, repeat=repeat, json_lines=json_,
+                         quantization=scheme, dtype=dtype, compile_step=compile_))
 
 
 def bench_kernels(
@@ -134,6 +142,9 @@ def bench_kernels(
     isa: Annotated[str | None, typer.Option(
         help="c, avx2 or avx512 (default: the widest this CPU runs).")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Runs per case; the best counts.")] = 5,
+    bf16: Annotated[bool, typer.Option(
+        help="Also bf16 inputs (int4 on AVX512-BF16's dot product where the CPU has it).")
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """The native weight-only kernels alone on a model's layer shapes: GB/s of packed weight
@@ -142,4 +153,4 @@ def bench_kernels(
         raise fail(f'--isa must be c, avx2 or avx512, got "{isa}"')
     run = lazy_entry("minisgl_core.bench.wo_kernels:main", "the kernel benchmark")
     raise typer.Exit(run(model=model, rows=rows or [1, 2, 4, 8], threads=threads, isa=isa,
-                         repeat=repeat, json_lines=json_))
+                         repeat=repeat, json_lines=json_, bf16=bf16))

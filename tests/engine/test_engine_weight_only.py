@@ -181,6 +181,12 @@ def test_tiny_model_generates_and_int8_wo_follows_fp32(tiny_models, fp32_tokens,
     assert estimate.fp32_params == held.fp32_params and estimate.int8_params == 0
     assert abs(estimate.weight_bytes - held.weight_bytes) <= 0.02 * held.weight_bytes, (
         estimate, held)
+    # the tied head's int8 rows stand for the embedding table, which is not kept beside them
+    head = engine.model.lm_head.weight
+    assert engine.model.embed_q is head and engine.model.embed.numel() == 0
+    ids = torch.tensor([0, 5, 5, engine.vocab_size - 1])
+    torch.testing.assert_close(engine.model.embed_tokens(ids),
+                               dequantize_int8(head)[ids].to(engine.model.dtype))
     tokens = _greedy(engine, 6)
     assert [len(t) for t in tokens] == [6] * len(PROMPTS)
     if scheme == "int8-wo":  # within 0.5% per weight: the same greedy tokens as fp32's
@@ -199,17 +205,17 @@ def test_kernel_benchmark_reads_every_layer_weight_once_per_pass(
     threads = torch.get_num_threads()
     try:
         assert wo_kernels.main(str(path), [1, 3], threads=1, isa=None, repeat=1,
-                               json_lines=True) == 0
+                               json_lines=True, bf16=True) == 0
     finally:
         torch.set_num_threads(threads)
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["scheme"], r["rows"]) for r in rows] == [
-        ("int8-wo", 1), ("int8-wo", 3), ("int4", 1), ("int4", 3)]
+    assert [(r["scheme"], r["inputs"], r["rows"]) for r in rows] == [
+        (s, i, n) for s in ("int8-wo", "int4") for i in ("fp32", "bf16") for n in (1, 3)]
     c = ModelConfig.from_dir(path)
     head = c.vocab_size * c.hidden_size + 4 * c.vocab_size  # int8-wo: a byte a weight + scale
     layers_bytes = config_cost(str(path), "int8-wo").weight_bytes - head
-    assert rows[0]["bytes"] == rows[1]["bytes"] == layers_bytes
-    assert 0 < rows[2]["bytes"] == rows[3]["bytes"] < rows[0]["bytes"]
+    assert all(r["bytes"] == layers_bytes for r in rows[:4])
+    assert all(0 < r["bytes"] == rows[4]["bytes"] < layers_bytes for r in rows[4:])
     for r in rows:
         assert r["gb_s"] == pytest.approx(r["bytes"] / r["ms"] / 1e6)
         assert r["share_of_read"] == pytest.approx(r["gb_s"] / r["read_gb_s"])

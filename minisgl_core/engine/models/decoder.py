@@ -24,6 +24,7 @@ from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.linear import Linear
 from minisgl_core.engine.parallel import Shard, TensorParallel, shard
 from minisgl_core.engine.weights import Checkpoint
+from minisgl_core.engine.wo_quant import Int8Weight
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,9 @@ class DecoderForCausalLM:
                  f", {quantization}" if quantization else "", self.kernels.summary())
         self.embed = self.norm = torch.empty(0)  # embed: [V, H]
         self.lm_head: Linear | None = None
+        # a tied head quantized weight-only (int8-wo, also under int4) stands for the embedding
+        # table too: lookups dequantize its rows, and the table itself is not kept
+        self.embed_q: Int8Weight | None = None
         positions = torch.arange(max_seq_len, dtype=torch.float32)
         freqs = torch.outer(positions, rope_inv_freq(cfg))  # [S, D/2], as transformers computes
         # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): the sign lives in the table
@@ -119,6 +123,8 @@ class DecoderForCausalLM:
             if not self.cfg.tie_word_embeddings and "lm_head.weight" in ckpt:
                 head = self._take(ckpt, "lm_head.weight")
             self.lm_head = self._linear("lm_head", head, None)
+            if head is self.embed and isinstance(self.lm_head.weight, Int8Weight):
+                self.embed_q, self.embed = self.lm_head.weight, torch.empty(0)
         self.layers = [self._load_layer(ckpt, i) for i in range(self.cfg.num_layers)]
 
     def _take(self, ckpt: Checkpoint, name: str, rows: tuple[int, int] | None = None,
@@ -196,7 +202,7 @@ class DecoderForCausalLM:
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D], looked up once for all layers
         sin = self.sin[meta.positions].unsqueeze(1)
         half = d // 2
-        x = F.embedding(input_ids, self.embed)  # [T, H]
+        x = self.embed_tokens(input_ids)  # [T, H]
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_attn, eps)
             qkv = layer.qkv(h)  # [T, (Hq + 2 Hkv) * D]
@@ -214,6 +220,14 @@ class DecoderForCausalLM:
             act = F.silu(gu[:, :inter]).mul_(gu[:, inter:])  # [T, I]: one new tensor, not two
             x = reduce(layer.down(act, residual=x if keep else None))
         return x
+
+    def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """``input_ids [T]`` -> their rows of the embedding table ``[T, H]``."""
+        if self.embed_q is None:
+            return F.embedding(input_ids, self.embed)
+        q = self.embed_q  # q [V, H] int8, scale [V]: row v is q[v] * scale[v]
+        rows = q.q.index_select(0, input_ids).to(self.dtype)
+        return rows * q.scale.index_select(0, input_ids).to(self.dtype).unsqueeze(1)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""

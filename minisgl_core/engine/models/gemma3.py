@@ -137,7 +137,7 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
         ropes = {kind: (cos[meta.positions].unsqueeze(1), sin[meta.positions].unsqueeze(1))
                  for kind, (cos, sin) in self.tables.items()}  # [T, 1, D] each
         half = d // 2
-        x = F.embedding(input_ids, self.embed) * self.embed_scale  # [T, H]
+        x = self.embed_tokens(input_ids) * self.embed_scale  # [T, H]
         for i, layer in enumerate(self.layers):
             assert isinstance(layer, GemmaLayer)
             cos, sin = ropes[SLIDING if layer.window is not None else FULL]
