@@ -100,7 +100,7 @@ def run(model: str | None = None, *, requests: int = 8, max_tokens: int = 96,
         concurrencies: Sequence[int] = (1, 8), k: int = 4, threads: int | None = None,
         repeat: int = 3, ceilings: bool = True, say: Any = print,
         quantization: str | None = None, dtype: str = "auto",
-        compile_step: bool = False) -> list[SpecResult]:
+        compile_step: bool = False, lookup_min: int = 2) -> list[SpecResult]:
     """Every workload x concurrency, plain and speculative interleaved ``repeat`` times on two
     engines of one model (``quantization``, ``dtype`` and a compiled decode step as given,
     the graphs ready before anything is timed); the fastest run of each counts (the host is
@@ -113,6 +113,7 @@ def run(model: str | None = None, *, requests: int = 8, max_tokens: int = 96,
     engines = {spec: Engine(EngineConfig(model=str(resolved.path), num_threads=threads,
                                          speculative="ngram" if spec else None,
                                          num_speculative_tokens=k, quantization=quantization,
+                                         prompt_lookup_min=lookup_min,
                                          dtype=dtype, compile=compile_step),
                                 resolved.model_class)
                for spec in (False, True)}
@@ -120,7 +121,8 @@ def run(model: str | None = None, *, requests: int = 8, max_tokens: int = 96,
         if engine.compiled is not None and not engine.compiled.wait():
             say(f"the decode step did not compile: {engine.compiled.status()}")
     say(f"engine: {engines[False].info()['dtype']}, quantization {quantization or 'none'}, "
-        f"decode step {'compiled' if compile_step else 'eager'}")
+        f"decode step {'compiled' if compile_step else 'eager'}; k = {k}, n-grams of "
+        f"{lookup_min} to 4 tokens looked up")
     if ceilings:
         from minisgl_core.bench.ceilings import measure
 
@@ -179,12 +181,12 @@ def _pairs(results: Sequence[SpecResult]) -> list[tuple[SpecResult, SpecResult]]
 def main(model: str | None = None, requests: int = 8, max_tokens: int = 96,
          concurrencies: Sequence[int] = (1, 8), k: int = 4, threads: int | None = None,
          repeat: int = 3, json_lines: bool = False, quantization: str | None = None,
-         dtype: str = "auto", compile_step: bool = False) -> int:
+         dtype: str = "auto", compile_step: bool = False, lookup_min: int = 2) -> int:
     """Print the table (or JSON lines); exit status 1 if speculation changed a greedy output."""
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     results = run(model, requests=requests, max_tokens=max_tokens, concurrencies=concurrencies,
                   k=k, threads=threads, repeat=repeat, say=say, quantization=quantization,
-                  dtype=dtype, compile_step=compile_step)
+                  dtype=dtype, compile_step=compile_step, lookup_min=lookup_min)
     if json_lines:
         for r in results:
             row = asdict(r)

@@ -115,6 +115,8 @@ def bench_speculative(
     concurrency: Annotated[list[int] | None, typer.Option(
         help="Requests in flight at once (repeat).")] = None,
     num_speculative_tokens: Annotated[int, typer.Option(min=1, help="Draft tokens (k).")] = 4,
+    prompt_lookup_min: Annotated[int, typer.Option(
+        min=1, max=4, help="Shortest suffix n-gram looked up.")] = 2,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
     quantization: Annotated[str | None, typer.Option(
@@ -132,7 +134,8 @@ def bench_speculative(
     raise typer.Exit(run(model=model, requests=requests, max_tokens=max_tokens,
                          concurrencies=concurrency or [1, 8], k=num_speculative_tokens,
                          threads=threads, repeat=repeat, json_lines=json_,
-                         quantization=scheme, dtype=dtype, compile_step=compile_))
+                         quantization=scheme, dtype=dtype, compile_step=compile_,
+                         lookup_min=prompt_lookup_min))
 
 
 def bench_kernels(

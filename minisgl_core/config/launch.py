@@ -74,7 +74,7 @@ class LaunchConfig:
     quantization: str | None = None  # int8, int8-wo or int4 (docs/benchmarks.md)
     speculative: str | None = None  # "ngram": prompt-lookup speculation (docs/speculative.md)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
-    prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
+    prompt_lookup_min: int = 2  # shortest suffix n-gram looked up (docs/speculative.md)
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
     compile: bool = False  # decode steps through torch.compile'd graphs (docs/benchmarks.md)
     reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content

@@ -40,7 +40,8 @@ class EngineConfig:
     quantization: str | None = None
     speculative: str | None = None  # "ngram": prompt-lookup speculation (speculative.py)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
-    prompt_lookup_min: int = 1  # shortest suffix n-gram looked up
+    # shortest suffix n-gram looked up: one-token matches mostly drafted wrong (docs/speculative.md)
+    prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
     compile: bool = False  # decode steps through torch.compile'd graphs (compiled.py)
 

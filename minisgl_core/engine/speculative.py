@@ -30,7 +30,7 @@ class SpecOptions:
     """How many tokens to draft and which n-gram sizes to look up (vLLM's names)."""
 
     num_speculative_tokens: int = 4
-    prompt_lookup_min: int = 1
+    prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
 
     def __post_init__(self) -> None:

@@ -156,7 +156,8 @@ def test_sampled_requests_keep_the_first_token_distribution(make_engine, drain,
           for s in range(300)]
     dists = []
     for spec in (None, "ngram"):
-        engine = make_engine("llama", page_size=4, speculative=spec)
+        # one-token matches: the first output token alone then proposes the second
+        engine = make_engine("llama", page_size=4, speculative=spec, prompt_lookup_min=1)
         counts: dict[tuple[int, ...], int] = {}
         for i, s in enumerate(sp):
             engine.add_request(f"r{i}", REPEATING, s)
