@@ -212,13 +212,13 @@ T5 static void i8_row_avx512(const float *x, int T, int in, const int8_t *w, flo
     }
 }
 
-/* The per-group path: groups g0.. of nt (1..TILE) rows; constant nt at each call site */
-INL5 void i4_tile_avx512(const float *x, int in, int g0, const uint8_t *w, const uint16_t *sc,
+/* The per-group path: nt (1..TILE) rows; constant nt at each call site */
+INL5 void i4_tile_avx512(const float *x, int in, const uint8_t *w, const uint16_t *sc,
                          const uint16_t *mn, float *y, int out, const int nt) {
     __m512 a[TILE], b[TILE];
     for (int t = 0; t < nt; t++) a[t] = b[t] = _mm512_setzero_ps();
     const __m128i low4 = _mm_set1_epi8(0x0f);
-    int full = in / GROUP, g = g0;
+    int full = in / GROUP, g = 0;
     for (; g < full; g++) {
         __m128i raw = _mm_loadu_si128((const __m128i *)(w + g * 16));
         __m128i lo = _mm_and_si128(raw, low4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
@@ -319,11 +319,11 @@ T5 static void i4_row_avx512(const float *x, int T, int in, const Blocked *bx, c
         return;
     }
     int t = 0;
-    for (; t + TILE <= T; t += TILE) i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, TILE);
+    for (; t + TILE <= T; t += TILE) i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, TILE);
     switch (T - t) {
-    case 1: i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, 1); break;
-    case 2: i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, 2); break;
-    case 3: i4_tile_avx512(x + (int64_t)t * in, in, 0, w, sc, mn, y + (int64_t)t * out, out, 3); break;
+    case 1: i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, 1); break;
+    case 2: i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, 2); break;
+    case 3: i4_tile_avx512(x + (int64_t)t * in, in, w, sc, mn, y + (int64_t)t * out, out, 3); break;
     }
 }
 #endif
