@@ -89,6 +89,9 @@ def _generate_rank(rank: int, size: int, port: int, model: str, prompts: list[li
     resolved = resolve(model)
     engine = start_rank(EngineConfig(model=resolved.path, **options), resolved.model_class, rank,
                         size, "127.0.0.1", port)
+    # compiled: every decode step of the run on this rank's graphs (a failed compile is an error)
+    if engine.compiled is not None and not engine.compiled.wait():
+        raise RuntimeError(f"rank {rank}: the decode step {engine.compiled.status()}")
     result = _generate(engine, prompts, max_tokens) if rank == 0 else engine.follow()
     engine.close()
     return result

@@ -33,6 +33,14 @@ def test_tp2_equals_tp1(tiny_models: dict[str, Path], arch: str) -> None:
     assert got == want
 
 
+def test_tp2_compiled_equals_tp1(tiny_models: dict[str, Path]) -> None:
+    # each rank compiles its decode step (the all-reduce an op in its graphs) before it serves
+    opts = {"num_threads": 1, "max_prefill_tokens": 48, "num_pages": 64}
+    want, _ = generate(str(tiny_models["qwen3"]), PROMPTS, 16, **opts)
+    got, _ = generate_tp(str(tiny_models["qwen3"]), PROMPTS, 16, 2, compile=True, **opts)
+    assert got == want
+
+
 @pytest.mark.model
 def test_default_model_tp2_equals_tp1() -> None:
     from transformers import AutoTokenizer
