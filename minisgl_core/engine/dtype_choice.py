@@ -4,8 +4,11 @@ On a host with AVX512-BF16/AMX oneDNN's packed bf16 kernel was 1.8-3x faster tha
 the default model's gate|up layer [3072, 576] at 1-32 rows; on an AVX2-only host bf16 is emulated,
 hundreds of times slower, and never chosen (it is not even timed). The choice is the kernel
 choice (kernel_choice.py) run for both dtypes on the model's widest layer, so it is cached with
-it: the same for a given cache, measured again only where that is. A quantized engine runs in
-fp32: its kernels compute in fp32 (measured: bf16 activations only slowed int4 and int8-wo).
+it: the same for a given cache, measured again only where that is. Weight-only engines (int8-wo,
+int4) are timed the same way on their own kernels: int4 against bf16 activations has kernels of
+its own (AVX512-BF16's dot product, AMX on dequantized tiles from 32 rows) and won 1.1-1.8x at 8
+and 32 rows on the AMX host, while int8-wo converts bf16 inputs to fp32 and so loses a little.
+An int8 (W8A8) engine runs in fp32: its kernels take fp32 activations.
 """
 
 from __future__ import annotations
@@ -37,10 +40,7 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
     """fp32 or bf16 for this model here, by timing the model's gate|up layer in both."""
     from minisgl_core.engine import kernel_choice
 
-    if quantization is not None:
-        # int8 kernels take fp32 activations; the weight-only ones take any but compute and
-        # answer in fp32, so bf16 only adds two conversions a matmul: measured on the AMX
-        # host, bf16 activations made int4 and int8-wo 3-9% slower at batch 1, 8 and 32
+    if quantization == "int8":  # its kernels take fp32 activations
         return DtypeChoice("float32", f"--quantization {quantization} runs in fp32")
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():
@@ -52,8 +52,8 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
         return DtypeChoice("float32", "no AVX512-BF16/AMX on this CPU: bf16 would be emulated")
     shapes = {"gate_up": (2 * cfg.intermediate_size, cfg.hidden_size)}
     times: dict[str, float] = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        choice = kernel_choice.choose(shapes, device, dtype, cache=cache,
+    for dtype in (torch.float32, torch.bfloat16):  # the weight-only kernels timed as they run
+        choice = kernel_choice.choose(shapes, device, dtype, quantization, cache=cache,
                                       budget_s=budget_s or kernel_choice.BUDGET_S)
         seconds = kernel_choice.seconds_of(choice)
         if seconds is None:
@@ -61,7 +61,8 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
         times[str(dtype)] = sum(seconds["gate_up"][b] for b in DECODE)
     fp32, bf16 = times["torch.float32"], times["torch.bfloat16"]
     rows = "/".join(str(BUCKETS[b]) for b in DECODE)
-    why = (f"gate|up layer at {rows} rows: bf16 {bf16 * 1e3:.2f} ms, fp32 {fp32 * 1e3:.2f} ms "
+    layer = "gate|up layer" if quantization is None else f"{quantization} gate|up layer"
+    why = (f"{layer} at {rows} rows: bf16 {bf16 * 1e3:.2f} ms, fp32 {fp32 * 1e3:.2f} ms "
            "in all")
     return DtypeChoice("bfloat16" if bf16 < fp32 else "float32", why)
 

@@ -40,7 +40,8 @@ MAX_OUT = 8192
 # COLD_BYTES of something else first (more than a server's L3).
 COLD_ROWS = 16
 BUSY_LOAD = 0.5  # load average per core above which timings are taken beside other work
-METHOD = 2  # in the cache key: a change in how kernels are timed invalidates old choices
+METHOD = 3  # in the cache key: a change in how kernels are timed, or in what a kernel does
+# (3: int4 against bf16 on its own kernels), invalidates old choices
 COLD_BYTES = 64 << 20
 
 Shapes = Mapping[str, tuple[int, int]]  # role -> (out, in)

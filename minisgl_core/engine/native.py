@@ -82,6 +82,8 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.wo_int4.argtypes = [p, i, i, p, p, p, i, p, i, i]
     lib.wo_int4_bf16.restype = i
     lib.wo_int4_bf16.argtypes = [p, i, i, p, p, p, i, p, i]
+    lib.wo_int4_dequant_bf16.restype = i
+    lib.wo_int4_dequant_bf16.argtypes = [p, p, p, i, i, i, p, i]
     lib.pa_decode.restype = i
     lib.pa_decode.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i, p, i]
 

@@ -89,6 +89,20 @@ def dequantize_int8(w: Int8Weight, rows: slice = slice(None),
     return w.q[rows].to(dtype) * w.scale[rows, None].to(dtype)
 
 
+def _int4_tile_bf16(w: Int4Weight, rows: slice, dtype: torch.dtype) -> torch.Tensor:
+    """``dequantize_int4(w, rows, bf16)`` by wo_int4_bf16.c in one pass (rounded once, from
+    fp32), else by torch."""
+    lib = native.library()
+    a, b, _ = rows.indices(w.q.shape[0])
+    if lib is not None:
+        out = torch.empty(b - a, w.in_features, dtype=torch.bfloat16)
+        if lib.wo_int4_dequant_bf16(w.q.data_ptr(), w.scale.data_ptr(), w.min.data_ptr(),
+                                    w.in_features, a, b, out.data_ptr(),
+                                    torch.get_num_threads()) == 0:
+            return out
+    return dequantize_int4(w, rows, dtype)
+
+
 def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None = None
                   ) -> torch.Tensor:
     """``x [T, in] @ dequant(w).T`` -> ``[T, out]`` fp32 by the native library (which must have
@@ -175,6 +189,8 @@ class WeightOnlyDequant(_WeightOnly):
     def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
         deq = dequantize_int4 if isinstance(packed, Int4Weight) else dequantize_int8
+        if deq is dequantize_int4 and x.dtype == torch.bfloat16 and x.device.type == "cpu":
+            deq = _int4_tile_bf16  # one native pass a tile where the CPU has AVX512-BF16
         out, inp = packed.q.shape[0], x.shape[1]
         step = max(1, TILE_ELEMS // inp)
         parts = [x @ deq(packed, slice(a, a + step), x.dtype).t() for a in range(0, out, step)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -37,14 +38,25 @@ def test_bf16_is_never_chosen_where_the_cpu_would_emulate_it(tiny_models: dict[s
     assert choice.dtype == "float32" and "AVX512-BF16" in choice.reason
 
 
-@pytest.mark.parametrize("quantization", ["int8", "int8-wo", "int4"])
-def test_quantized_auto_runs_in_fp32(tiny_models: dict[str, Path], tmp_path: Path,
-                                     quantization: str) -> None:
+def test_int8_auto_runs_in_fp32(tiny_models: dict[str, Path], tmp_path: Path) -> None:
     cfg = ModelConfig.from_dir(tiny_models["llama"])
-    choice = choose_dtype(cfg, CPU, quantization, cache=tmp_path)
-    assert choice == dtype_choice.DtypeChoice(
-        "float32", f"--quantization {quantization} runs in fp32")
+    choice = choose_dtype(cfg, CPU, "int8", cache=tmp_path)
+    assert choice == dtype_choice.DtypeChoice("float32", "--quantization int8 runs in fp32")
     assert not list(tmp_path.glob("linear-*.json"))  # decided without timing anything
+
+
+@pytest.mark.skipif(not dtype_choice.bf16_fast(), reason="bf16 is not a candidate here")
+@pytest.mark.parametrize("quantization", ["int8-wo", "int4"])
+def test_weight_only_auto_times_its_own_kernels(tiny_models: dict[str, Path], tmp_path: Path,
+                                                quantization: str) -> None:
+    cfg = ModelConfig.from_dir(tiny_models["llama"])
+    choice = choose_dtype(cfg, CPU, quantization, cache=tmp_path, budget_s=60.0)
+    assert choice.dtype in ("float32", "bfloat16")
+    assert choice.reason.startswith(f"{quantization} gate|up layer at 1/8/32 rows")
+    timed = [json.loads(p.read_text()) for p in tmp_path.glob("linear-*.json")]
+    assert sorted(t["key"]["dtype"] for t in timed) == ["torch.bfloat16", "torch.float32"]
+    assert all(t["choice"]["gate_up"][0] in (quantization, f"{quantization}-dequant")
+               for t in timed)  # the weight-only kernels, not the dense ones
 
 
 def test_an_auto_engine_runs_in_the_dtype_it_chose(tiny_models: dict[str, Path],

@@ -98,3 +98,19 @@ def test_int4_against_bf16_rows_is_the_exact_product(shape: tuple[int, int], row
         pytest.skip("no AVX512-BF16 here")
     # bf16 inputs times 1 + nib / 16 are exact in fp32: only the order of the sums differs
     torch.testing.assert_close(y, x.float() @ dequantize_int4(w).t(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape,rows", [((37, 300), slice(0, 37)), ((960, 576), slice(5, 700))])
+def test_int4_tile_into_bf16_is_the_fp32_weight_rounded_once(shape: tuple[int, int],
+                                                              rows: slice) -> None:
+    from minisgl_core.engine import native
+    from minisgl_core.engine.wo_quant import dequantize_int4, quantize_int4
+
+    gen = torch.Generator().manual_seed(shape[0])
+    w = quantize_int4(torch.randn(*shape, generator=gen) / 20)
+    out = torch.empty(rows.stop - rows.start, shape[1], dtype=torch.bfloat16)
+    if native.library().wo_int4_dequant_bf16(w.q.data_ptr(), w.scale.data_ptr(),
+                                             w.min.data_ptr(), shape[1], rows.start, rows.stop,
+                                             out.data_ptr(), 2) != 0:
+        pytest.skip("no AVX512-BF16 here")
+    assert torch.equal(out, dequantize_int4(w, rows).to(torch.bfloat16))

@@ -36,6 +36,8 @@ void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *sc
              const uint16_t *mn, int out, float *y, int threads, int isa);
 int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                  const uint16_t *mn, int out, float *y, int threads);
+int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
+                         int a, int b, uint16_t *out, int threads);
 int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
               const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
               void *out, int isa);
@@ -166,7 +168,18 @@ at::Tensor weight_only(const Entry &e, Kind kind, const at::Tensor &x_in,
 }
 
 at::Tensor dequantized(const Entry &e, int64_t a, int64_t b, at::ScalarType dtype) {
-    // wo_quant.py's dequantize_int8 / dequantize_int4 of output rows [a, b)
+    // wo_quant.py's dequantize_int8 / dequantize_int4 of output rows [a, b); int4 into bf16 by
+    // one native pass where the CPU has AVX512-BF16 (as wo_quant.py's _int4_tile_bf16)
+    if (e.weight.size() == 3 && dtype == at::kBFloat16) {
+        at::Tensor out = at::empty({b - a, e.in_features}, e.weight[0].options().dtype(dtype));
+        if (wo_int4_dequant_bf16(e.weight[0].data_ptr<uint8_t>(),
+                                 reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
+                                 reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()),
+                                 e.in_features, a, b,
+                                 reinterpret_cast<uint16_t *>(out.data_ptr()),
+                                 at::get_num_threads()) == 0)
+            return out;
+    }
     const at::Tensor q = e.weight[0].slice(0, a, b);
     if (e.weight.size() == 2) return q.to(dtype).mul(e.weight[1].slice(0, a, b).unsqueeze(1).to(dtype));
     at::Tensor nib = at::cat({q.bitwise_and(15), q.bitwise_right_shift(4)}, 2).to(dtype);

@@ -181,6 +181,42 @@ TB static void all_rows(const uint8_t *xp, int T, int blocks, int groups, const 
 
 #undef NIB_BF16
 
+/* Rows [a, b) of the weight as bf16 [b - a, in]: nib * scale + min in fp32, rounded to nearest
+ * even, for a GEMM on AMX where many input rows share each weight (dequantizing costs about as
+ * much as a few rows of the dot-product path, and the GEMM's rows are then almost free) */
+TB static void dequant_rows(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
+                            int a, int b, uint16_t *out, int threads) {
+    int groups = (in + GROUP - 1) / GROUP;
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int o = a; o < b; o++) {
+        const uint8_t *w = q + (int64_t)o * groups * 16;
+        uint16_t *dst = out + (int64_t)(o - a) * in;
+        for (int g = 0; g < groups; g++) {
+            __m128i raw = _mm_loadu_si128((const __m128i *)(w + g * 16));
+            __m128i lo = _mm_and_si128(raw, low4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
+            __m512 s = _mm512_set1_ps(_cvtsh_ss(scale[(int64_t)o * groups + g]));
+            __m512 m = _mm512_set1_ps(_cvtsh_ss(mn[(int64_t)o * groups + g]));
+            __m256bh w0 = _mm512_cvtneps_pbh(_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, m));
+            __m256bh w1 = _mm512_cvtneps_pbh(_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, m));
+            int left = in - g * GROUP;  /* elements 0-15 low nibbles, 16-31 high ones */
+            __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+            __mmask16 m1 = left >= 32 ? 0xffff : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1);
+            _mm256_mask_storeu_epi16(dst + g * GROUP, m0, (__m256i)w0);
+            _mm256_mask_storeu_epi16(dst + g * GROUP + 16, m1, (__m256i)w1);
+        }
+    }
+}
+
+int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
+                         int a, int b, uint16_t *out, int threads) {
+    static int has = -1;
+    if (has < 0) has = wo_has_bf16();
+    if (!has) return -1;
+    dequant_rows(q, scale, mn, in, a, b, out, threads);
+    return 0;
+}
+
 /* y [T, out] fp32 = x [T, in] bf16 @ dequant(W)^T; 0 when done, -1 where the CPU lacks
  * AVX512-BF16 or the buffer cannot be had (the caller then converts x to fp32 for wo_int4) */
 int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
@@ -199,6 +235,10 @@ int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint1
 }
 #else
 int wo_has_bf16(void) { return 0; }
+int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
+                         int a, int b, uint16_t *out, int threads) {
+    return -1;
+}
 int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                  const uint16_t *mn, int out, float *y, int threads) {
     return -1;
