@@ -10,6 +10,7 @@
  * m16 = min - 16 scale a lane adds s16 * sum(f x) + m16 * sum(x) once per block. About 22 vector
  * ops per 128 weights against 33 for the fp32 block path, whose inputs stay fp32: this one is
  * for inputs that already are bf16 (the engine computing in bf16), rounded nowhere else.
+ * wo_int4_dequant_bf16 writes a tile of the weight as bf16 instead, for AMX's GEMM from 32 rows.
  */
 #include <stdint.h>
 #include <stdlib.h>
