@@ -60,16 +60,23 @@ def build() -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}.so")
-    cmd = [cc, *FLAGS, *map(str, SOURCES), *LIBS, "-o", str(tmp)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        run_compiler([cc, *FLAGS, *map(str, SOURCES), *LIBS, "-o", str(tmp)], timeout=120)
+    except RuntimeError:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)  # atomic: a concurrent build of the same key is harmless
+    return path
+
+
+def run_compiler(cmd: list[str], timeout: float = 300.0) -> None:
+    """Run one compiler command; RuntimeError with the command and its error's tail if it fails."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"{' '.join(cmd)}: {exc}") from exc
     if done.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-400:]}")
-    os.replace(tmp, path)  # atomic: a concurrent build of the same key is harmless
-    return path
+        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-600:]}")
 
 
 def _bind(lib: ctypes.CDLL) -> None:

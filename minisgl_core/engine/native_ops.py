@@ -16,7 +16,6 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 import weakref
 from pathlib import Path
@@ -62,15 +61,6 @@ def target(cc: str, cxx: str) -> Path:
     return cache_dir() / "native" / f"minisgl-ops-{key}.so"
 
 
-def _run(cmd: list[str]) -> None:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"{' '.join(cmd)}: {exc}") from exc
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-600:]}")
-
-
 def build() -> Path:
     """Compile the library if it is not in the cache yet; its path. RuntimeError says why not."""
     cc, cxx = native.compiler(), cxx_compiler()
@@ -85,16 +75,18 @@ def build() -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         objects = []
-        for src in native.SOURCES:  # the C kernels, as the ctypes library builds them
+        flags = [f for f in native.FLAGS if f != "-shared"]  # the C kernels, as in native.py
+        for src in native.SOURCES:
             obj = str(Path(tmp) / f"{src.stem}.o")
-            flags = [f for f in native.FLAGS if f != "-shared"]
-            _run([cc, *flags, "-c", str(src), "-o", obj])
+            native.run_compiler([cc, *flags, "-c", str(src), "-o", obj])
             objects.append(obj)
         ops = str(Path(tmp) / "torch_ops.o")
-        _run([cxx, *CXX_FLAGS, *(f"-I{p}" for p in includes), "-c", str(SOURCE), "-o", ops])
+        native.run_compiler([cxx, *CXX_FLAGS, *(f"-I{p}" for p in includes), "-c", str(SOURCE),
+                             "-o", ops])
         out = str(Path(tmp) / "ops.so")
-        _run([cxx, "-shared", "-fopenmp", *objects, ops, "-o", out, f"-L{libdir}", "-lc10",
-              "-ltorch_cpu", f"-Wl,-rpath,{libdir}", *native.LIBS])
+        native.run_compiler([cxx, "-shared", "-fopenmp", *objects, ops, "-o", out,
+                             f"-L{libdir}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{libdir}",
+                             *native.LIBS])
         os.replace(out, path)  # atomic: a concurrent build of the same key is harmless
     return path
 

