@@ -1,6 +1,6 @@
-"""The project's small native library (csrc/: the weight-only matmuls of wo_matmul.c, the paged
-decode attention of paged_attention.c): built with the system C compiler into a cache directory
-keyed by the sources and flags, loaded through ctypes.
+"""The project's small native library (csrc/: the weight-only matmuls of wo_matmul.c,
+wo_int4_bf16.c and wo_amx.c, the paged decode attention of paged_attention.c): built with the
+system C compiler into a cache directory keyed by the sources and flags, loaded through ctypes.
 
 ``library()`` builds it on first use when missing and returns None (its reason logged once, and
 kept in ``failure()``) when there is no compiler or the build fails: callers then use their
@@ -20,7 +20,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 SOURCES = tuple(Path(__file__).with_name("csrc") / n for n in ("wo_matmul.c", "wo_int4_bf16.c",
-                                                                  "paged_attention.c"))
+                                                                  "wo_amx.c", "paged_attention.c"))
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
 # has already loaded (same soname): one thread pool, not two spinning against each other.
@@ -91,6 +91,12 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.wo_int4_bf16.argtypes = [p, i, i, p, p, p, i, p, i]
     lib.wo_int4_dequant_bf16.restype = i
     lib.wo_int4_dequant_bf16.argtypes = [p, p, p, i, i, i, p, i]
+    lib.wo_has_amx.restype = i
+    lib.wo_has_amx.argtypes = []
+    lib.wo_amx_int4.restype = i
+    lib.wo_amx_int4.argtypes = [p, i, i, p, p, p, i, p, i]
+    lib.wo_amx_int8.restype = i
+    lib.wo_amx_int8.argtypes = [p, i, i, p, p, i, p, i]
     lib.pa_decode.restype = i
     lib.pa_decode.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i, p, i]
 

@@ -8,11 +8,13 @@ The weights are quantized once at load; activations stay in the engine's dtype (
   ``nib`` and fp16 scale and min per group (ggml's Q4_1, 0.625 bytes a weight). The symmetric
   variant (Q4_0: ``min = -8 scale``) runs on the same kernel; ``SYMMETRIC`` says which is used.
 
-Each scheme has one packed layout and two kernels on it, timed against each other per row
-bucket by kernel_choice.py: the native one (csrc/wo_matmul.c: reads the packed weight once for
-all rows, AVX2 or AVX-512 chosen at run time, OpenMP across output rows) and ``*-dequant``, which
-dequantizes a tile of output rows at a time into the engine's dtype and multiplies it with
-torch's GEMM (large buckets, other devices, and hosts where the library cannot be built).
+Each scheme has one packed layout and up to three kernels on it, timed against each other per
+row bucket by kernel_choice.py: the native one (csrc/wo_matmul.c: reads the packed weight once
+for all rows, AVX2 or AVX-512 chosen at run time, OpenMP across output rows; a weight row costs
+its unpacking again for every input row), ``*-amx`` for bf16 inputs on AMX hosts (csrc/wo_amx.c:
+each weight tile unpacked once into bf16 for up to 64 input rows, multiplied by the tile unit),
+and ``*-dequant``, which dequantizes a tile of output rows at a time into the engine's dtype and
+multiplies it with torch's GEMM (other devices, and hosts where the library cannot be built).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ GROUP = 32  # inputs per int4 group (fixed in wo_matmul.c)
 # its round-trip error is lower (docs/benchmarks.md), at the same bytes here (both keep a min).
 SYMMETRIC = False
 # what torch.profiler calls the native kernels' time (bench/profile.py counts it as matmul)
-PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4")
+PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4", "minisgl::wo_amx")
 TILE_ELEMS = 1 << 20  # weights dequantized at a time by the *-dequant kernels (4 MB in fp32)
 
 
@@ -136,6 +138,28 @@ def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None =
     return y
 
 
+def amx_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight) -> torch.Tensor | None:
+    """``x [T, in] bf16 @ dequant(w).T`` -> ``[T, out]`` fp32 on AMX (csrc/wo_amx.c), or None
+    where the library or the CPU has no AMX."""
+    lib = native.library()
+    if lib is None or x.dtype != torch.bfloat16 or not lib.wo_has_amx():
+        return None
+    x = x.contiguous()
+    rows, inp = x.shape
+    out = w.q.shape[0]
+    y = torch.empty(rows, out)
+    args: tuple[int, ...] = (x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr())
+    if isinstance(w, Int4Weight):
+        kernel, args = lib.wo_amx_int4, (*args, w.min.data_ptr())
+    else:
+        kernel = lib.wo_amx_int8
+    args = (*args, out, y.data_ptr(), torch.get_num_threads())
+    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
+        with torch.profiler.record_function(PROFILE_NAMES[2]):
+            return y if kernel(*args) == 0 else None
+    return y if kernel(*args) == 0 else None
+
+
 class _WeightOnly(Kernel):
     scheme = "?"
 
@@ -175,6 +199,37 @@ class WeightOnlyNative(_WeightOnly):
         return _add(y if x.dtype == torch.float32 else y.to(x.dtype), bias, residual)
 
 
+class WeightOnlyAmx(_WeightOnly):
+    """AMX's tile multiply on weight tiles unpacked into bf16 (CPU with AMX, bf16 inputs)."""
+
+    def __init__(self, scheme: str) -> None:
+        self.layout = self.scheme = self.quantized = scheme
+        self.name = f"{scheme}-amx"
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        if device.type != "cpu" or dtype != torch.bfloat16:
+            return False
+        gen = torch.Generator().manual_seed(0)
+        w, x = torch.randn(24, 40, generator=gen), torch.randn(5, 40, generator=gen)
+        packed = self.pack(w)
+        y = amx_matmul(x.bfloat16(), packed)
+        if y is None:
+            return False
+        # int4 tiles are the fp32 weight rounded once to bf16; int8 ones are exact integers
+        deq = (dequantize_int4(packed).bfloat16().float() if self.scheme == "int4"
+               else dequantize_int8(packed))
+        ok = torch.allclose(y, x.bfloat16().float() @ deq.t(), rtol=1e-4, atol=1e-4)
+        if not ok:
+            log.warning("AMX %s kernel gives wrong results here: not used", self.scheme)
+        return ok
+
+    def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        y = amx_matmul(x, packed)
+        assert y is not None, "the AMX kernel ran where available() said it could not"
+        return _add(y.to(x.dtype), bias, residual)
+
+
 class WeightOnlyDequant(_WeightOnly):
     """Dequantize ``TILE_ELEMS`` weights at a time into the input's dtype, then torch's GEMM:
     any device and dtype, and no second copy of the weight."""
@@ -199,4 +254,4 @@ class WeightOnlyDequant(_WeightOnly):
 
 def weight_only_kernels(scheme: str) -> list[Kernel]:
     """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
-    return [WeightOnlyNative(scheme), WeightOnlyDequant(scheme)]
+    return [WeightOnlyNative(scheme), WeightOnlyAmx(scheme), WeightOnlyDequant(scheme)]

@@ -1,5 +1,6 @@
-"""--quantization int8-wo / int4: the native kernels and their torch fallback against the
-dequantized fp32 product, the quantizers' error bounds, the kernel choice, the tiny model."""
+"""--quantization int8-wo / int4: the native kernels (AVX2, AVX-512, AMX) and their torch
+fallback against the dequantized fp32 product, the quantizers' error bounds, the kernel choice,
+the tiny model."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from minisgl_core.engine.quant import quantize_weight
 from minisgl_core.engine.wo_quant import (
     GROUP,
     Int8Weight,
+    WeightOnlyAmx,
     WeightOnlyDequant,
     WeightOnlyNative,
+    amx_matmul,
     dequantize_int4,
     dequantize_int8,
     native_matmul,
@@ -66,6 +69,25 @@ def test_native_kernel_equals_the_dequantized_product(scheme: str, isa: str) -> 
             assert err < 1e-5, (out, inp, rows, err)
 
 
+@pytest.mark.skipif(not WeightOnlyAmx("int4").available(torch.device("cpu"), torch.bfloat16),
+                    reason="no AMX here (or no native library)")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_amx_kernel_equals_the_dequantized_product(scheme: str) -> None:
+    gen = torch.Generator().manual_seed(4)
+    for out, inp in [*SHAPES, (3072, 576)]:
+        packed = _packed(scheme, torch.randn(out, inp, generator=gen) * 0.05)
+        deq = _dequant(scheme, packed)
+        if scheme == "int4":  # its tiles are the fp32 weight rounded once to bf16
+            deq = deq.bfloat16().float()
+        for rows in (*ROWS, 16, 17, 64, 65, 130):  # one to four C tiles, and a second pass
+            x = torch.randn(rows, inp, generator=gen).bfloat16()
+            ref = x.double() @ deq.double().t()
+            y = amx_matmul(x, packed)  # type: ignore[arg-type]
+            assert y is not None and y.shape == (rows, out)
+            err = float((y - ref).abs().max() / ref.abs().max())
+            assert err < 1e-5, (out, inp, rows, err)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_kernels_add_bias_and_residual_in_the_input_dtype(scheme: str, dtype: torch.dtype
@@ -76,6 +98,8 @@ def test_kernels_add_bias_and_residual_in_the_input_dtype(scheme: str, dtype: to
     kernels: list[Kernel] = [WeightOnlyDequant(scheme)]
     if native.library() is not None:
         kernels.append(WeightOnlyNative(scheme))
+    if WeightOnlyAmx(scheme).available(torch.device("cpu"), dtype):
+        kernels.append(WeightOnlyAmx(scheme))
     for k in kernels:
         assert k.available(torch.device("cpu"), dtype)
         packed = k.pack(w)

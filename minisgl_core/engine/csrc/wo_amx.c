@@ -1,0 +1,202 @@
+/* int4 and int8 weights against bf16 inputs on AMX's tile multiply (tdpbf16ps), for 3-64 rows
+ * and more, where the dot-product kernels (wo_int4_bf16.c, wo_matmul.c) pay for every row again.
+ *
+ * The weight is the A operand: a tile is 16 output rows by one group of 32 inputs, dequantized
+ * into bf16 in a 1 KB buffer (row r = output n0 + r, the group's 32 weights in order) exactly as
+ * wo_int4_dequant_bf16 rounds them (nib * scale + min in fp32, then to nearest bf16); int8
+ * weights are integers, exact in bf16, and their per-row scale is applied to the sums at the end.
+ * The inputs are the B operand, laid out once per call in AMX's pair order: B tile (group g,
+ * token tile t) row k2 holds, for each of 16 tokens, inputs 2 k2 and 2 k2 + 1 of the group
+ * (zeros past the row's end and past the last token). Four C tiles hold 16 outputs by up to 64
+ * tokens in fp32 across all groups; each weight tile is dequantized once for all of them, so
+ * from a few rows on the dequantizing, not the multiply, is the cost, and it does not grow with
+ * the rows. Output row blocks are spread over OpenMP threads; each thread configures its tiles.
+ */
+#define _GNU_SOURCE  /* syscall() */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GROUP 32
+#define CTILES 4                 /* C tiles: tokens a pass = 16 * CTILES */
+#define BTILE_ELEMS (16 * 32)    /* bf16 values in one B tile */
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* AMX-BF16 and AMX-TILE in cpuid, AVX512-BF16 for the conversions, and the kernel's leave to
+ * use the tile registers (Linux asks each process to request it once) */
+int wo_has_amx(void) {
+    static int has = -1;
+    if (has >= 0) return has;
+    unsigned a, b, c, d;
+    has = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24)))
+        return has;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return has;
+    has = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return has;
+}
+
+#define TA __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c,fma")))
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+TA static void configure(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {  /* every tile 16 rows of 64 bytes */
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* x [T, in] bf16 -> B tiles [groups][tiles][16 pairs][16 tokens][2], tiles = ceil(T / 16) */
+TA static void lay_out_inputs(const uint16_t *x, int T, int in, int groups, int tiles,
+                              uint16_t *xb) {
+    const __m512i pair_at = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160,
+                                              176, 192, 208, 224, 240);  /* dword offsets */
+#pragma omp for schedule(static) collapse(2)
+    for (int g = 0; g < groups; g++)
+        for (int tt = 0; tt < tiles; tt++) {
+            uint32_t *tile = (uint32_t *)(xb + ((size_t)g * tiles + tt) * BTILE_ELEMS);
+            int left = in - g * GROUP;
+            __mmask32 m = left >= GROUP ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
+            for (int t = 0; t < 16; t++) {
+                int token = tt * 16 + t;
+                __m512i v = token < T ? _mm512_maskz_loadu_epi16(m, x + (int64_t)token * in + g * GROUP)
+                                      : _mm512_setzero_si512();
+                _mm512_i32scatter_epi32(tile + t, pair_at, v, 4);  /* pair k2 -> row k2 */
+            }
+        }
+}
+
+/* The scales and mins of rows n0 .. n0 + nr - 1 in fp32, [nr][groups] each: loaded by the
+ * dequantizing as broadcasts, which take load ports rather than the vector ones it is bound by */
+TA static void block_scales(const uint16_t *scale, const uint16_t *mn, int groups, int n0,
+                            int nr, float *s32, float *m32) {
+    int64_t n = (int64_t)nr * groups, base = (int64_t)n0 * groups;
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(s32 + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scale + base + i)));
+        _mm512_mask_storeu_ps(m32 + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mn + base + i)));
+    }
+}
+
+/* One group's weights for rows n0 .. n0 + nr - 1 into a[16][32] bf16: byte j of the group is
+ * element j (low nibble) and j + 16 (high one) */
+TA static inline void dequant_int4(const uint8_t *q, const float *s32, const float *m32,
+                                   int groups, int n0, int nr, int g, uint16_t *a) {
+    const __m512i low4 = _mm512_set1_epi32(0x0f);
+    for (int r = 0; r < nr; r++) {
+        __m512i b = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128((const __m128i *)(q + ((int64_t)(n0 + r) * groups + g) * 16)));
+        __m512 s = _mm512_set1_ps(s32[r * groups + g]), m = _mm512_set1_ps(m32[r * groups + g]);
+        __m512 lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, low4)), s, m);
+        __m512 hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), s, m);
+        _mm512_store_si512(a + r * 32, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+TA static inline void dequant_int8(const int8_t *q, int in, int n0, int nr, int g, uint16_t *a) {
+    int left = in - g * GROUP;
+    __mmask32 m = left >= GROUP ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
+    for (int r = 0; r < nr; r++) {
+        __m256i raw = _mm256_maskz_loadu_epi8(m, q + (int64_t)(n0 + r) * in + g * GROUP);
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(raw)));
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(raw, 1)));
+        _mm512_store_si512(a + r * 32, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+/* C tile i += A (tile 4) x the B tile at b + i tiles; B goes to tiles 5-7 in turn, so a load
+ * need not wait for the multiply that read the tile before */
+#define DP(i, breg) do { _tile_loadd(breg, b + (i) * BTILE_ELEMS, 64); \
+                         _tile_dpbf16ps(i, 4, breg); } while (0)
+
+/* y [T, out] fp32 = x [T, in] bf16 @ dequant(W)^T: int4 (q, scale, mn as wo_matmul.c) when
+ * mn is given, else int8 (q [out, in] int8, scale [out] fp32) */
+TA static int run(const uint16_t *x, int T, int in, const void *q, const void *scale,
+                  const uint16_t *mn, int out, float *y, int threads) {
+    if (!wo_has_amx()) return -1;
+    int groups = (in + GROUP - 1) / GROUP, tiles = (T + 15) / 16, blocks = (out + 15) / 16;
+    uint16_t *xb = aligned_alloc(64, (size_t)groups * tiles * BTILE_ELEMS * 2);
+    if (xb == NULL) return -1;
+#pragma omp parallel num_threads(threads)
+    {
+        lay_out_inputs(x, T, in, groups, tiles, xb);  /* ends in the omp for's barrier */
+        configure();
+        /* two weight buffers in turn: the next group's stores need not wait for the tile load
+         * of this one (5.8 against 6.0 ms for the default model's layers at 1-4 rows) */
+        uint16_t a2[2][16 * 32] __attribute__((aligned(64)));
+        float c[CTILES][16][16] __attribute__((aligned(64)));
+        memset(a2, 0, sizeof a2);  /* rows past the last output stay zero */
+        float *s32 = mn ? malloc(sizeof(float) * 32 * groups) : NULL, *m32 = s32 + 16 * groups;
+#pragma omp for schedule(static)
+        for (int blk = 0; blk < blocks; blk++) {
+            int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
+            if (mn) block_scales(scale, mn, groups, n0, nr, s32, m32);
+            for (int t0 = 0; t0 < tiles; t0 += CTILES) {
+                int nt = tiles - t0 < CTILES ? tiles - t0 : CTILES;
+                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                for (int g = 0; g < groups; g++) {
+                    uint16_t *a = a2[g & 1];
+                    if (mn) dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, a);
+                    else dequant_int8((const int8_t *)q, in, n0, nr, g, a);
+                    _tile_loadd(4, a, 64);
+                    const uint16_t *b = xb + ((size_t)g * tiles + t0) * BTILE_ELEMS;
+                    DP(0, 5);
+                    if (nt > 1) DP(1, 6);
+                    if (nt > 2) DP(2, 7);
+                    if (nt > 3) DP(3, 5);
+                }
+                _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64);
+                _tile_stored(2, c[2], 64); _tile_stored(3, c[3], 64);
+                for (int i = 0; i < nt; i++)  /* c[i][r][t]: output n0 + r, token 16 (t0 + i) + t */
+                    for (int t = 0; t < 16 && 16 * (t0 + i) + t < T; t++) {
+                        float *yt = y + (int64_t)(16 * (t0 + i) + t) * out + n0;
+                        for (int r = 0; r < nr; r++)
+                            yt[r] = mn ? c[i][r][t] : c[i][r][t] * ((const float *)scale)[n0 + r];
+                    }
+            }
+        }
+        _tile_release();
+        free(s32);
+    }
+    free(xb);
+    return 0;
+}
+
+int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+                const uint16_t *mn, int out, float *y, int threads) {
+    return run(x, T, in, q, scale, mn, out, y, threads);
+}
+
+int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
+                float *y, int threads) {
+    return run(x, T, in, q, scale, NULL, out, y, threads);
+}
+#else
+int wo_has_amx(void) { return 0; }
+int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+                const uint16_t *mn, int out, float *y, int threads) {
+    return -1;
+}
+int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
+                float *y, int threads) {
+    return -1;
+}
+#endif
