@@ -34,21 +34,22 @@ def pack_layers(scheme: str, layers: int, shapes: list[tuple[int, int]]
 
 
 def stream_seconds(packed: Packed, shapes: list[tuple[int, int]], rows: int, isa: int | None,
-                   repeat: int, bf16: bool = False) -> float:
+                   repeat: int, bf16: bool = False, amx: bool = False) -> float:
     """The best of ``repeat`` passes over every packed layer with ``rows`` input rows (bf16
-    ones with ``bf16``)."""
+    ones with ``bf16``; on the AMX kernel with ``amx``)."""
     import torch
 
-    from minisgl_core.engine.wo_quant import native_matmul
+    from minisgl_core.engine.wo_quant import amx_matmul, native_matmul
 
-    dtype = torch.bfloat16 if bf16 else torch.float32
+    matmul = (lambda x, p, isa: amx_matmul(x, p)) if amx else native_matmul
+    dtype = torch.bfloat16 if bf16 or amx else torch.float32
     xs = [torch.randn(rows, s[1]).to(dtype) for s in shapes]
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
         for layer in packed:
             for x, p in zip(xs, layer, strict=True):
-                native_matmul(x, p, isa)
+                matmul(x, p, isa)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -78,16 +79,18 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
     config, by_role = layer_matmuls(resolved.path)
     layers, shapes = config.num_layers, list(by_role.values())
     ceilings = measure()
+    kinds = ["fp32", *(("bf16",) if bf16 else ()),
+             *(("bf16-amx",) if bf16 and native.library().wo_has_amx() else ())]
     if not json_lines:
         print(f"{resolved.path}: {layers} layers of {shapes} (outputs, inputs), path {path}, "
               f"{torch.get_num_threads()} threads, best of {repeat}")
         print(ceilings.line())
     for scheme in SCHEMES:
         packed, nbytes = pack_layers(scheme, layers, shapes)
-        for inputs in ("fp32", "bf16") if bf16 else ("fp32",):
+        for inputs in kinds:
             for n in rows:
                 seconds = stream_seconds(packed, shapes, n, native.ISAS[path], repeat,
-                                         inputs == "bf16")
+                                         inputs == "bf16", inputs == "bf16-amx")
                 gb_s = nbytes / seconds / 1e9
                 # unrounded: on a slow host or a tiny model a rounded rate says little
                 row: dict[str, Any] = {"scheme": scheme, "inputs": inputs, "rows": n,
@@ -95,6 +98,6 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
                                        "gb_s": gb_s, "share_of_read": gb_s / ceilings.read_gb_s,
                                        "read_gb_s": ceilings.read_gb_s}
                 print(json.dumps(row) if json_lines else
-                      f"{scheme:8} {inputs} rows {n:3}: {seconds * 1e3:7.2f} ms, "
+                      f"{scheme:8} {inputs:8} rows {n:3}: {seconds * 1e3:7.2f} ms, "
                       f"{gb_s:5.1f} GB/s = {gb_s / ceilings.read_gb_s:4.0%} of the read bandwidth")
     return 0

@@ -146,7 +146,8 @@ def bench_kernels(
         help="c, avx2 or avx512 (default: the widest this CPU runs).")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Runs per case; the best counts.")] = 5,
     bf16: Annotated[bool, typer.Option(
-        help="Also bf16 inputs (int4 on AVX512-BF16's dot product where the CPU has it).")
+        help="Also bf16 inputs (int4 on AVX512-BF16's dot product where the CPU has it; "
+             "the AMX kernels too, as bf16-amx, where it has AMX).")
     ] = False,
     json_: JsonOpt = False,
 ) -> None:

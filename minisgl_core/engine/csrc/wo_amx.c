@@ -20,6 +20,9 @@
 #define GROUP 32
 #define CTILES 4                 /* C tiles: tokens a pass = 16 * CTILES */
 #define BTILE_ELEMS (16 * 32)    /* bf16 values in one B tile */
+#ifndef AHEAD
+#define AHEAD 1                  /* weight blocks prefetched ahead */
+#endif
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
@@ -122,10 +125,43 @@ TA static inline void dequant_int8(const int8_t *q, int in, int n0, int nr, int 
     }
 }
 
-/* C tile i += A (tile 4) x the B tile at b + i tiles; B goes to tiles 5-7 in turn, so a load
+/* C tile ct += A (tile 4) x the B tile at b + i tiles; B goes to tiles 5-7 in turn, so a load
  * need not wait for the multiply that read the tile before */
-#define DP(i, breg) do { _tile_loadd(breg, b + (i) * BTILE_ELEMS, 64); \
-                         _tile_dpbf16ps(i, 4, breg); } while (0)
+#define DP(ct, i, breg) do { _tile_loadd(breg, b + (i) * BTILE_ELEMS, 64); \
+                             _tile_dpbf16ps(ct, 4, breg); } while (0)
+
+/* c [16 outputs][16 tokens] (times the rows' int8 scales when scale is given) into y's rows
+ * for tokens t0 .. t0 + nt - 1, outputs n0 .. n0 + nr - 1: a 16 x 16 transpose in registers */
+TA static void write_tokens(const float c[16][16], const float *scale, float *y, int64_t out,
+                            int n0, int nr, int t0, int nt) {
+    __m512 r[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(c[i]);
+    for (int i = 0; i < 16; i += 2) {  /* pairs of rows interleaved, then quads, then 4x4 lanes */
+        u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(u[i], u[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0xDD);
+    }
+    /* r[t]: token t's 16 outputs */
+    __mmask16 m = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+    __m512 s = scale ? _mm512_maskz_loadu_ps(m, scale + n0) : _mm512_set1_ps(1.0f);
+    for (int t = 0; t < nt; t++)
+        _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * out + n0, m, _mm512_mul_ps(r[t], s));
+}
 
 /* y [T, out] fp32 = x [T, in] bf16 @ dequant(W)^T: int4 (q, scale, mn as wo_matmul.c) when
  * mn is given, else int8 (q [out, in] int8, scale [out] fp32) */
@@ -133,6 +169,7 @@ TA static int run(const uint16_t *x, int T, int in, const void *q, const void *s
                   const uint16_t *mn, int out, float *y, int threads) {
     if (!wo_has_amx()) return -1;
     int groups = (in + GROUP - 1) / GROUP, tiles = (T + 15) / 16, blocks = (out + 15) / 16;
+    int64_t row_bytes = mn ? (int64_t)groups * 16 : in;
     uint16_t *xb = aligned_alloc(64, (size_t)groups * tiles * BTILE_ELEMS * 2);
     if (xb == NULL) return -1;
 #pragma omp parallel num_threads(threads)
@@ -149,28 +186,46 @@ TA static int run(const uint16_t *x, int T, int in, const void *q, const void *s
         for (int blk = 0; blk < blocks; blk++) {
             int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
             if (mn) block_scales(scale, mn, groups, n0, nr, s32, m32);
+            /* the block AHEAD blocks on: 16 rows of row_bytes, a 1 / groups slice per group */
+            const char *ahead = (const char *)q + (int64_t)(n0 + 16 * AHEAD) * row_bytes;
+            int64_t ahead_step = blk + AHEAD < blocks ? 16 * row_bytes / groups : 0;
             for (int t0 = 0; t0 < tiles; t0 += CTILES) {
                 int nt = tiles - t0 < CTILES ? tiles - t0 : CTILES;
+                /* at 1-2 token tiles, odd groups sum into two other C tiles: two chains of
+                 * dependent multiplies instead of one */
+                int split = nt <= 2;
                 _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
                 for (int g = 0; g < groups; g++) {
                     uint16_t *a = a2[g & 1];
+                    if (t0 == 0)  /* a slice of a block ahead (the rows' strided reads defeat
+                                   * the hardware prefetcher) */
+                        for (int64_t i = 0; i < ahead_step; i += 64)
+                            _mm_prefetch(ahead + (int64_t)g * ahead_step + i, _MM_HINT_T0);
                     if (mn) dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, a);
                     else dequant_int8((const int8_t *)q, in, n0, nr, g, a);
                     _tile_loadd(4, a, 64);
                     const uint16_t *b = xb + ((size_t)g * tiles + t0) * BTILE_ELEMS;
-                    DP(0, 5);
-                    if (nt > 1) DP(1, 6);
-                    if (nt > 2) DP(2, 7);
-                    if (nt > 3) DP(3, 5);
+                    if (split && (g & 1)) {
+                        DP(2, 0, 6);
+                        if (nt > 1) DP(3, 1, 7);
+                    } else {
+                        DP(0, 0, 5);
+                        if (nt > 1) DP(1, 1, 6);
+                        if (nt > 2) DP(2, 2, 7);
+                        if (nt > 3) DP(3, 3, 5);
+                    }
                 }
                 _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64);
                 _tile_stored(2, c[2], 64); _tile_stored(3, c[3], 64);
-                for (int i = 0; i < nt; i++)  /* c[i][r][t]: output n0 + r, token 16 (t0 + i) + t */
-                    for (int t = 0; t < 16 && 16 * (t0 + i) + t < T; t++) {
-                        float *yt = y + (int64_t)(16 * (t0 + i) + t) * out + n0;
-                        for (int r = 0; r < nr; r++)
-                            yt[r] = mn ? c[i][r][t] : c[i][r][t] * ((const float *)scale)[n0 + r];
-                    }
+                for (int i = 0; i < nt; i++) {  /* c[i][r][t]: output n0 + r, token 16 (t0 + i) + t */
+                    if (split)
+                        for (int r = 0; r < 16; r++)
+                            _mm512_store_ps(c[i][r], _mm512_add_ps(_mm512_load_ps(c[i][r]),
+                                                                   _mm512_load_ps(c[i + 2][r])));
+                    int first = 16 * (t0 + i), left = T - first;
+                    write_tokens((const float (*)[16])c[i], mn ? NULL : (const float *)scale, y,
+                                 out, n0, nr, first, left < 16 ? left : 16);
+                }
             }
         }
         _tile_release();
