@@ -202,8 +202,10 @@ class OneDNNHF(OneDNN):
 
 
 def fp32_kernels() -> list[Kernel]:
-    """The fp32 candidates, in the order ties are broken."""
-    return [OneDNN(), OneDNN("onednn-rows", 1), Dense(), DenseHF(), OneDNNHF()]
+    """The unquantized candidates (fp32 or bf16), in the order ties are broken."""
+    from minisgl_core.engine.amx_hf import AmxHF
+
+    return [OneDNN(), OneDNN("onednn-rows", 1), Dense(), DenseHF(), OneDNNHF(), AmxHF()]
 
 
 def all_kernels() -> dict[str, Kernel]:

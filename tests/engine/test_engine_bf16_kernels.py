@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from minisgl_core.engine.amx_hf import AmxHF, amx_bf16_matmul
 from minisgl_core.engine.kernel_choice import candidates, choose
 from minisgl_core.engine.linear import BUCKETS, Linear, bf16_fast
 
@@ -35,6 +36,20 @@ def test_every_bf16_kernel_matches_the_fp32_product(rows: int, shape: tuple[int,
         torch.testing.assert_close(y.float(), ref, atol=0.05, rtol=0.02, msg=kernel.name)
         torch.testing.assert_close(lin(x, res).float(), ref + res.float(), atol=0.08,
                                    rtol=0.02, msg=kernel.name)
+
+
+@pytest.mark.skipif(not AmxHF().available(CPU, BF16), reason="no AMX here (or no native library)")
+def test_amx_on_the_hf_weight_is_the_exact_product_before_rounding() -> None:
+    gen = torch.Generator().manual_seed(5)
+    # odd widths (a partial last group and block: copied, not loaded as tiles) and real ones
+    for out, inp in [(37, 50), (5, 33), (960, 576), (576, 1536), (49152 // 16, 576)]:
+        w = torch.randn(out, inp, generator=gen).to(BF16)
+        for rows in (1, 2, 3, 8, 17, 33, 64, 65, 130):
+            x = torch.randn(rows, inp, generator=gen).to(BF16)
+            y = amx_bf16_matmul(x, w)
+            ref = x.double() @ w.double().t()  # products of bf16 are exact in fp32
+            assert y is not None and y.shape == (rows, out)
+            assert float((y - ref).abs().max() / ref.abs().max()) < 1e-5, (out, inp, rows)
 
 
 def test_onednn_is_a_bf16_candidate_exactly_where_the_host_computes_bf16() -> None:

@@ -42,6 +42,8 @@ int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16
                 const uint16_t *mn, int out, float *y, int threads);
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
                 float *y, int threads);
+int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, float *y,
+                int threads);
 int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
               const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
               void *out, int isa);
@@ -54,14 +56,15 @@ constexpr int kBuckets = 4;
 constexpr int64_t kBucketTop[kBuckets - 1] = {2, 16, 64};  // linear.py's _BUCKET_TOP
 constexpr int64_t kTileElems = 1 << 20;                     // wo_quant.py's TILE_ELEMS
 
-enum class Kind { Dense, DenseHF, OneDNN, Int8WO, Int4, Int8WOAmx, Int4Amx, Int8WODequant,
-                  Int4Dequant };
+enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
+                  Int8WODequant, Int4Dequant };
 
 Kind kind_of(const std::string &name) {
     static const std::unordered_map<std::string, Kind> kinds = {
         {"dense", Kind::Dense},          {"dense-hf", Kind::DenseHF},
         {"onednn", Kind::OneDNN},        {"onednn-rows", Kind::OneDNN},
-        {"onednn-hf", Kind::OneDNN},     {"int8-wo", Kind::Int8WO},
+        {"onednn-hf", Kind::OneDNN},     {"amx-hf", Kind::AmxHF},
+        {"int8-wo", Kind::Int8WO},
         {"int4", Kind::Int4},            {"int8-wo-amx", Kind::Int8WOAmx},
         {"int4-amx", Kind::Int4Amx},     {"int8-wo-dequant", Kind::Int8WODequant},
         {"int4-dequant", Kind::Int4Dequant}};
@@ -149,21 +152,25 @@ bool int4_bf16(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
                         e.out_features, y.data_ptr<float>(), at::get_num_threads()) == 0;
 }
 
-// bf16 rows on AMX's tile multiply (wo_amx.c), as wo_quant.py's WeightOnlyAmx; the kernel
-// choice offers it only where the CPU has AMX
+// bf16 rows on AMX's tile multiply (wo_amx.c), as wo_quant.py's WeightOnlyAmx and amx_hf.py's
+// AmxHF (the bf16 HF weight, one tensor); the kernel choice offers it only where the CPU has AMX
 at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::Tensor> &residual) {
     TORCH_CHECK(x_in.scalar_type() == at::kBFloat16, "minisgl: the AMX kernels take bf16 rows");
     at::Tensor x = x_in.contiguous();
     at::Tensor y = at::empty({x.size(0), e.out_features}, x.options().dtype(at::kFloat));
     const auto *xp = reinterpret_cast<const uint16_t *>(x.data_ptr());
-    const at::Tensor &q = e.weight[0], &scale = e.weight[1];
-    int done = e.weight.size() == 3
+    const at::Tensor &q = e.weight[0];
+    int done = e.weight.size() == 1
+        ? wo_amx_bf16(xp, x.size(0), e.in_features,
+                      reinterpret_cast<const uint16_t *>(q.data_ptr()), e.out_features,
+                      y.data_ptr<float>(), at::get_num_threads())
+        : e.weight.size() == 3
         ? wo_amx_int4(xp, x.size(0), e.in_features, q.data_ptr<uint8_t>(),
-                      reinterpret_cast<const uint16_t *>(scale.data_ptr()),
+                      reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
                       reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), e.out_features,
                       y.data_ptr<float>(), at::get_num_threads())
         : wo_amx_int8(xp, x.size(0), e.in_features, q.data_ptr<int8_t>(),
-                      scale.data_ptr<float>(), e.out_features, y.data_ptr<float>(),
+                      e.weight[1].data_ptr<float>(), e.out_features, y.data_ptr<float>(),
                       at::get_num_threads());
     TORCH_CHECK(done == 0, "minisgl: no AMX on this CPU");
     return add_into(y.to(at::kBFloat16), e.bias, residual);
@@ -239,6 +246,7 @@ at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &r
     case Kind::OneDNN: return onednn(x, e->weight[0], e->bias, residual, e->minimum[b]);
     case Kind::Int8WO:
     case Kind::Int4: return weight_only(*e, e->kind[b], x, residual);
+    case Kind::AmxHF:
     case Kind::Int8WOAmx:
     case Kind::Int4Amx: return amx(*e, x, residual);
     default: return dequant_mm(*e, x, residual);

@@ -163,13 +163,25 @@ TA static void write_tokens(const float c[16][16], const float *scale, float *y,
         _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * out + n0, m, _mm512_mul_ps(r[t], s));
 }
 
-/* y [T, out] fp32 = x [T, in] bf16 @ dequant(W)^T: int4 (q, scale, mn as wo_matmul.c) when
- * mn is given, else int8 (q [out, in] int8, scale [out] fp32) */
-TA static int run(const uint16_t *x, int T, int in, const void *q, const void *scale,
-                  const uint16_t *mn, int out, float *y, int threads) {
+/* rows n0 .. n0 + nr - 1 of a bf16 weight [out, in], inputs of group g, into a[16][32] (zeros
+ * past the row's end): where a tile load straight from the weight would read past it */
+TA static inline void copy_bf16(const uint16_t *w, int in, int n0, int nr, int g, uint16_t *a) {
+    int left = in - g * GROUP;
+    __mmask32 m = left >= GROUP ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
+    for (int r = 0; r < nr; r++)
+        _mm512_store_si512(a + r * 32,
+                           _mm512_maskz_loadu_epi16(m, w + (int64_t)(n0 + r) * in + g * GROUP));
+}
+
+enum weight_kind { W_INT4, W_INT8, W_BF16 };
+
+/* y [T, out] fp32 = x [T, in] bf16 @ W^T: W int4 (q, scale, mn as wo_matmul.c), int8 (q
+ * [out, in] int8, scale [out] fp32) or bf16 (q [out, in], loaded into tiles as it is) */
+TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const void *q,
+                  const void *scale, const uint16_t *mn, int out, float *y, int threads) {
     if (!wo_has_amx()) return -1;
     int groups = (in + GROUP - 1) / GROUP, tiles = (T + 15) / 16, blocks = (out + 15) / 16;
-    int64_t row_bytes = mn ? (int64_t)groups * 16 : in;
+    int64_t row_bytes = kind == W_INT4 ? (int64_t)groups * 16 : kind == W_INT8 ? in : 2 * in;
     uint16_t *xb = aligned_alloc(64, (size_t)groups * tiles * BTILE_ELEMS * 2);
     if (xb == NULL) return -1;
 #pragma omp parallel num_threads(threads)
@@ -181,11 +193,11 @@ TA static int run(const uint16_t *x, int T, int in, const void *q, const void *s
         uint16_t a2[2][16 * 32] __attribute__((aligned(64)));
         float c[CTILES][16][16] __attribute__((aligned(64)));
         memset(a2, 0, sizeof a2);  /* rows past the last output stay zero */
-        float *s32 = mn ? malloc(sizeof(float) * 32 * groups) : NULL, *m32 = s32 + 16 * groups;
+        float *s32 = kind == W_INT4 ? malloc(sizeof(float) * 32 * groups) : NULL, *m32 = s32 + 16 * groups;
 #pragma omp for schedule(static)
         for (int blk = 0; blk < blocks; blk++) {
             int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
-            if (mn) block_scales(scale, mn, groups, n0, nr, s32, m32);
+            if (kind == W_INT4) block_scales(scale, mn, groups, n0, nr, s32, m32);
             /* the block AHEAD blocks on: 16 rows of row_bytes, a 1 / groups slice per group */
             const char *ahead = (const char *)q + (int64_t)(n0 + 16 * AHEAD) * row_bytes;
             int64_t ahead_step = blk + AHEAD < blocks ? 16 * row_bytes / groups : 0;
@@ -200,10 +212,19 @@ TA static int run(const uint16_t *x, int T, int in, const void *q, const void *s
                     if (t0 == 0)  /* a slice of a block ahead (the rows' strided reads defeat
                                    * the hardware prefetcher) */
                         for (int64_t i = 0; i < ahead_step; i += 64)
-                            _mm_prefetch(ahead + (int64_t)g * ahead_step + i, _MM_HINT_T0);
-                    if (mn) dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, a);
-                    else dequant_int8((const int8_t *)q, in, n0, nr, g, a);
-                    _tile_loadd(4, a, 64);
+                            _mm_prefetch(ahead + (int64_t)g * ahead_step + i, _MM_HINT_T1);
+                    if (kind == W_BF16 && nr == 16 && (g + 1) * GROUP <= in) {
+                        _tile_loadd(4, (const uint16_t *)q + (int64_t)n0 * in + g * GROUP,
+                                    row_bytes);
+                    } else {
+                        if (kind == W_INT4)
+                            dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, a);
+                        else if (kind == W_INT8)
+                            dequant_int8((const int8_t *)q, in, n0, nr, g, a);
+                        else
+                            copy_bf16((const uint16_t *)q, in, n0, nr, g, a);
+                        _tile_loadd(4, a, 64);
+                    }
                     const uint16_t *b = xb + ((size_t)g * tiles + t0) * BTILE_ELEMS;
                     if (split && (g & 1)) {
                         DP(2, 0, 6);
@@ -223,7 +244,7 @@ TA static int run(const uint16_t *x, int T, int in, const void *q, const void *s
                             _mm512_store_ps(c[i][r], _mm512_add_ps(_mm512_load_ps(c[i][r]),
                                                                    _mm512_load_ps(c[i + 2][r])));
                     int first = 16 * (t0 + i), left = T - first;
-                    write_tokens((const float (*)[16])c[i], mn ? NULL : (const float *)scale, y,
+                    write_tokens((const float (*)[16])c[i], kind == W_INT8 ? scale : NULL, y,
                                  out, n0, nr, first, left < 16 ? left : 16);
                 }
             }
@@ -237,12 +258,17 @@ TA static int run(const uint16_t *x, int T, int in, const void *q, const void *s
 
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                 const uint16_t *mn, int out, float *y, int threads) {
-    return run(x, T, in, q, scale, mn, out, y, threads);
+    return run(x, T, in, W_INT4, q, scale, mn, out, y, threads);
 }
 
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
                 float *y, int threads) {
-    return run(x, T, in, q, scale, NULL, out, y, threads);
+    return run(x, T, in, W_INT8, q, scale, NULL, out, y, threads);
+}
+
+int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, float *y,
+                int threads) {
+    return run(x, T, in, W_BF16, w, NULL, NULL, out, y, threads);
 }
 #else
 int wo_has_amx(void) { return 0; }
@@ -252,6 +278,10 @@ int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16
 }
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
                 float *y, int threads) {
+    return -1;
+}
+int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, float *y,
+                int threads) {
     return -1;
 }
 #endif
