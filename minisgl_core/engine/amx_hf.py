@@ -15,16 +15,19 @@ from minisgl_core.engine.quant import _add
 log = logging.getLogger(__name__)
 
 
-def amx_bf16_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-    """``x [T, in] bf16 @ w [out, in] bf16 .T`` -> ``[T, out]`` fp32, or None where the library
-    or the CPU has no AMX."""
+def amx_bf16_matmul(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+    """``x [T, in] bf16 @ w [out, in] bf16 .T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32
+    or bf16: summed in fp32, rounded once); None where the library or the CPU has no AMX."""
     lib = native.library()
     if lib is None or not lib.wo_has_amx() or x.dtype != torch.bfloat16:
         return None
     x = x.contiguous()
-    y = torch.empty(x.shape[0], w.shape[0])
+    res = None if residual is None else residual.to(dtype).contiguous()
+    y = torch.empty(x.shape[0], w.shape[0], dtype=dtype)
     done = lib.wo_amx_bf16(x.data_ptr(), x.shape[0], x.shape[1], w.data_ptr(), w.shape[0],
-                           y.data_ptr(), torch.get_num_threads())
+                           y.data_ptr(), int(dtype == torch.bfloat16),
+                           None if res is None else res.data_ptr(), torch.get_num_threads())
     return y if done == 0 else None
 
 
@@ -53,6 +56,7 @@ class AmxHF(Kernel):
 
     def run(self, packed: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
-        y = amx_bf16_matmul(x, packed)
+        fused = residual if bias is None else None  # summed in the kernel, rounded once
+        y = amx_bf16_matmul(x, packed, fused, x.dtype)
         assert y is not None, "the AMX kernel ran where available() said it could not"
-        return _add(y.to(x.dtype), bias, residual)
+        return y if fused is not None else _add(y, bias, residual)

@@ -94,11 +94,11 @@ def _bind(lib: ctypes.CDLL) -> None:
     lib.wo_has_amx.restype = i
     lib.wo_has_amx.argtypes = []
     lib.wo_amx_int4.restype = i
-    lib.wo_amx_int4.argtypes = [p, i, i, p, p, p, i, p, i]
+    lib.wo_amx_int4.argtypes = [p, i, i, p, p, p, i, p, i, p, i]
     lib.wo_amx_int8.restype = i
-    lib.wo_amx_int8.argtypes = [p, i, i, p, p, i, p, i]
+    lib.wo_amx_int8.argtypes = [p, i, i, p, p, i, p, i, p, i]
     lib.wo_amx_bf16.restype = i
-    lib.wo_amx_bf16.argtypes = [p, i, i, p, i, p, i]
+    lib.wo_amx_bf16.argtypes = [p, i, i, p, i, p, i, p, i]
     lib.pa_decode.restype = i
     lib.pa_decode.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i, p, i]
 

@@ -86,6 +86,11 @@ def test_amx_kernel_equals_the_dequantized_product(scheme: str) -> None:
             assert y is not None and y.shape == (rows, out)
             err = float((y - ref).abs().max() / ref.abs().max())
             assert err < 1e-5, (out, inp, rows, err)
+            res = torch.randn(rows, out, generator=gen).bfloat16()
+            fused = amx_matmul(x, packed, res, torch.bfloat16)  # type: ignore[arg-type]
+            assert fused is not None and fused.dtype == torch.bfloat16
+            # the fp32 sum rounded once to bf16
+            assert torch.equal(fused, (y + res.float()).bfloat16()), (out, inp, rows)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

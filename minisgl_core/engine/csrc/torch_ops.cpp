@@ -39,11 +39,12 @@ int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint1
 int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
                          int a, int b, uint16_t *out, int threads);
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
-                const uint16_t *mn, int out, float *y, int threads);
-int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
-                float *y, int threads);
-int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, float *y,
+                const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
                 int threads);
+int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
+                void *y, int y_bf16, const void *residual, int threads);
+int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, void *y,
+                int y_bf16, const void *residual, int threads);
 int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
               const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
               void *out, int isa);
@@ -153,27 +154,31 @@ bool int4_bf16(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
 }
 
 // bf16 rows on AMX's tile multiply (wo_amx.c), as wo_quant.py's WeightOnlyAmx and amx_hf.py's
-// AmxHF (the bf16 HF weight, one tensor); the kernel choice offers it only where the CPU has AMX
+// AmxHF (the bf16 HF weight, one tensor): a residual without a bias is summed in the kernel,
+// in fp32, and the result rounded once to bf16. The kernel choice offers them only where the
+// CPU has AMX.
 at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::Tensor> &residual) {
     TORCH_CHECK(x_in.scalar_type() == at::kBFloat16, "minisgl: the AMX kernels take bf16 rows");
     at::Tensor x = x_in.contiguous();
-    at::Tensor y = at::empty({x.size(0), e.out_features}, x.options().dtype(at::kFloat));
+    at::Tensor y = at::empty({x.size(0), e.out_features}, x.options());
+    std::optional<at::Tensor> fused;
+    if (residual && !e.bias) fused = residual->to(at::kBFloat16).contiguous();
+    const void *res = fused ? fused->data_ptr() : nullptr;
     const auto *xp = reinterpret_cast<const uint16_t *>(x.data_ptr());
     const at::Tensor &q = e.weight[0];
+    int rows = x.size(0), in = e.in_features, out = e.out_features, threads = at::get_num_threads();
     int done = e.weight.size() == 1
-        ? wo_amx_bf16(xp, x.size(0), e.in_features,
-                      reinterpret_cast<const uint16_t *>(q.data_ptr()), e.out_features,
-                      y.data_ptr<float>(), at::get_num_threads())
+        ? wo_amx_bf16(xp, rows, in, reinterpret_cast<const uint16_t *>(q.data_ptr()), out,
+                      y.data_ptr(), 1, res, threads)
         : e.weight.size() == 3
-        ? wo_amx_int4(xp, x.size(0), e.in_features, q.data_ptr<uint8_t>(),
+        ? wo_amx_int4(xp, rows, in, q.data_ptr<uint8_t>(),
                       reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
-                      reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), e.out_features,
-                      y.data_ptr<float>(), at::get_num_threads())
-        : wo_amx_int8(xp, x.size(0), e.in_features, q.data_ptr<int8_t>(),
-                      e.weight[1].data_ptr<float>(), e.out_features, y.data_ptr<float>(),
-                      at::get_num_threads());
+                      reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), out,
+                      y.data_ptr(), 1, res, threads)
+        : wo_amx_int8(xp, rows, in, q.data_ptr<int8_t>(), e.weight[1].data_ptr<float>(), out,
+                      y.data_ptr(), 1, res, threads);
     TORCH_CHECK(done == 0, "minisgl: no AMX on this CPU");
-    return add_into(y.to(at::kBFloat16), e.bias, residual);
+    return fused ? y : add_into(y, e.bias, residual);
 }
 
 at::Tensor weight_only(const Entry &e, Kind kind, const at::Tensor &x_in,

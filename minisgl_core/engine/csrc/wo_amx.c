@@ -131,9 +131,10 @@ TA static inline void dequant_int8(const int8_t *q, int in, int n0, int nr, int 
                              _tile_dpbf16ps(ct, 4, breg); } while (0)
 
 /* c [16 outputs][16 tokens] (times the rows' int8 scales when scale is given) into y's rows
- * for tokens t0 .. t0 + nt - 1, outputs n0 .. n0 + nr - 1: a 16 x 16 transpose in registers */
-TA static void write_tokens(const float c[16][16], const float *scale, float *y, int64_t out,
-                            int n0, int nr, int t0, int nt) {
+ * for tokens t0 .. t0 + nt - 1, outputs n0 .. n0 + nr - 1: a 16 x 16 transpose in registers,
+ * then residual (y's dtype, [T, out]) added in fp32 where given, then y in fp32 or bf16 */
+TA static void write_tokens(const float c[16][16], const float *scale, void *y, int y_bf16,
+                            const void *residual, int64_t out, int n0, int nr, int t0, int nt) {
     __m512 r[16], u[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(c[i]);
     for (int i = 0; i < 16; i += 2) {  /* pairs of rows interleaved, then quads, then 4x4 lanes */
@@ -159,8 +160,18 @@ TA static void write_tokens(const float c[16][16], const float *scale, float *y,
     /* r[t]: token t's 16 outputs */
     __mmask16 m = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
     __m512 s = scale ? _mm512_maskz_loadu_ps(m, scale + n0) : _mm512_set1_ps(1.0f);
-    for (int t = 0; t < nt; t++)
-        _mm512_mask_storeu_ps(y + (int64_t)(t0 + t) * out + n0, m, _mm512_mul_ps(r[t], s));
+    for (int t = 0; t < nt; t++) {
+        int64_t at = (int64_t)(t0 + t) * out + n0;
+        __m512 v = _mm512_mul_ps(r[t], s);
+        if (y_bf16) {
+            if (residual) v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)residual + at)), 16)));
+            _mm256_mask_storeu_epi16((uint16_t *)y + at, m, (__m256i)_mm512_cvtneps_pbh(v));
+        } else {
+            if (residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, (const float *)residual + at));
+            _mm512_mask_storeu_ps((float *)y + at, m, v);
+        }
+    }
 }
 
 /* rows n0 .. n0 + nr - 1 of a bf16 weight [out, in], inputs of group g, into a[16][32] (zeros
@@ -178,7 +189,8 @@ enum weight_kind { W_INT4, W_INT8, W_BF16 };
 /* y [T, out] fp32 = x [T, in] bf16 @ W^T: W int4 (q, scale, mn as wo_matmul.c), int8 (q
  * [out, in] int8, scale [out] fp32) or bf16 (q [out, in], loaded into tiles as it is) */
 TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const void *q,
-                  const void *scale, const uint16_t *mn, int out, float *y, int threads) {
+                  const void *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                  const void *residual, int threads) {
     if (!wo_has_amx()) return -1;
     int groups = (in + GROUP - 1) / GROUP, tiles = (T + 15) / 16, blocks = (out + 15) / 16;
     int64_t row_bytes = kind == W_INT4 ? (int64_t)groups * 16 : kind == W_INT8 ? in : 2 * in;
@@ -245,7 +257,7 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
                                                                    _mm512_load_ps(c[i + 2][r])));
                     int first = 16 * (t0 + i), left = T - first;
                     write_tokens((const float (*)[16])c[i], kind == W_INT8 ? scale : NULL, y,
-                                 out, n0, nr, first, left < 16 ? left : 16);
+                                 y_bf16, residual, out, n0, nr, first, left < 16 ? left : 16);
                 }
             }
         }
@@ -256,32 +268,36 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
     return 0;
 }
 
+/* The entry points: y [T, out] (+ residual, y's dtype and shape, or NULL) in bf16 when y_bf16,
+ * else fp32; 0 when done, -1 where the CPU has no AMX or a buffer could not be had */
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
-                const uint16_t *mn, int out, float *y, int threads) {
-    return run(x, T, in, W_INT4, q, scale, mn, out, y, threads);
+                const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                int threads) {
+    return run(x, T, in, W_INT4, q, scale, mn, out, y, y_bf16, residual, threads);
 }
 
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
-                float *y, int threads) {
-    return run(x, T, in, W_INT8, q, scale, NULL, out, y, threads);
+                void *y, int y_bf16, const void *residual, int threads) {
+    return run(x, T, in, W_INT8, q, scale, NULL, out, y, y_bf16, residual, threads);
 }
 
-int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, float *y,
-                int threads) {
-    return run(x, T, in, W_BF16, w, NULL, NULL, out, y, threads);
+int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, void *y,
+                int y_bf16, const void *residual, int threads) {
+    return run(x, T, in, W_BF16, w, NULL, NULL, out, y, y_bf16, residual, threads);
 }
 #else
 int wo_has_amx(void) { return 0; }
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
-                const uint16_t *mn, int out, float *y, int threads) {
+                const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                int threads) {
     return -1;
 }
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
-                float *y, int threads) {
+                void *y, int y_bf16, const void *residual, int threads) {
     return -1;
 }
-int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, float *y,
-                int threads) {
+int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, void *y,
+                int y_bf16, const void *residual, int threads) {
     return -1;
 }
 #endif
