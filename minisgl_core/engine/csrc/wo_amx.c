@@ -67,23 +67,50 @@ TA static void configure(void) {
     _tile_loadconfig(&cfg);
 }
 
-/* x [T, in] bf16 -> B tiles [groups][tiles][16 pairs][16 tokens][2], tiles = ceil(T / 16) */
+/* r[i] lane j -> r[j] lane i: a 16 x 16 transpose of 32-bit lanes in registers */
+TA static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+    __m512 u[16];
+    for (int i = 0; i < 16; i += 2) {  /* pairs of rows interleaved, then quads, then 4x4 lanes */
+        u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(u[i], u[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0xDD);
+    }
+}
+
+/* x [T, in] bf16 -> B tiles [groups][tiles][16 pairs][16 tokens][2], tiles = ceil(T / 16): a
+ * token's 32 inputs of a group are 16 pairs (32-bit lanes), so a tile is their transpose */
 TA static void lay_out_inputs(const uint16_t *x, int T, int in, int groups, int tiles,
                               uint16_t *xb) {
-    const __m512i pair_at = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160,
-                                              176, 192, 208, 224, 240);  /* dword offsets */
 #pragma omp for schedule(static) collapse(2)
     for (int g = 0; g < groups; g++)
         for (int tt = 0; tt < tiles; tt++) {
-            uint32_t *tile = (uint32_t *)(xb + ((size_t)g * tiles + tt) * BTILE_ELEMS);
+            float *tile = (float *)(xb + ((size_t)g * tiles + tt) * BTILE_ELEMS);
             int left = in - g * GROUP;
             __mmask32 m = left >= GROUP ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
+            __m512 r[16];
             for (int t = 0; t < 16; t++) {
                 int token = tt * 16 + t;
-                __m512i v = token < T ? _mm512_maskz_loadu_epi16(m, x + (int64_t)token * in + g * GROUP)
-                                      : _mm512_setzero_si512();
-                _mm512_i32scatter_epi32(tile + t, pair_at, v, 4);  /* pair k2 -> row k2 */
+                r[t] = token < T ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(
+                                       m, x + (int64_t)token * in + g * GROUP))
+                                 : _mm512_setzero_ps();
             }
+            transpose16(r);
+            for (int k2 = 0; k2 < 16; k2++) _mm512_store_ps(tile + k2 * 16, r[k2]);
         }
 }
 
@@ -125,38 +152,20 @@ TA static inline void dequant_int8(const int8_t *q, int in, int n0, int nr, int 
     }
 }
 
-/* C tile ct += A (tile 4) x the B tile at b + i tiles; B goes to tiles 5-7 in turn, so a load
- * need not wait for the multiply that read the tile before */
-#define DP(ct, i, breg) do { _tile_loadd(breg, b + (i) * BTILE_ELEMS, 64); \
-                             _tile_dpbf16ps(ct, 4, breg); } while (0)
+/* C tile ct += A (tile areg) x the B tile at b + i tiles, loaded into tile breg. Tile registers
+ * are not renamed: a load into one waits for the multiplies that read it, so consecutive groups
+ * use different A and B tiles where there are enough */
+#define DP(ct, i, areg, breg) do { _tile_loadd(breg, b + (i) * BTILE_ELEMS, 64); \
+                                   _tile_dpbf16ps(ct, areg, breg); } while (0)
 
 /* c [16 outputs][16 tokens] (times the rows' int8 scales when scale is given) into y's rows
  * for tokens t0 .. t0 + nt - 1, outputs n0 .. n0 + nr - 1: a 16 x 16 transpose in registers,
  * then residual (y's dtype, [T, out]) added in fp32 where given, then y in fp32 or bf16 */
 TA static void write_tokens(const float c[16][16], const float *scale, void *y, int y_bf16,
                             const void *residual, int64_t out, int n0, int nr, int t0, int nt) {
-    __m512 r[16], u[16];
+    __m512 r[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(c[i]);
-    for (int i = 0; i < 16; i += 2) {  /* pairs of rows interleaved, then quads, then 4x4 lanes */
-        u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(u[i], u[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], 0xEE);
-        r[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; i++) {
-        u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-        u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0xDD);
-    }
+    transpose16(r);
     /* r[t]: token t's 16 outputs */
     __mmask16 m = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
     __m512 s = scale ? _mm512_maskz_loadu_ps(m, scale + n0) : _mm512_set1_ps(1.0f);
@@ -225,27 +234,33 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
                                    * the hardware prefetcher) */
                         for (int64_t i = 0; i < ahead_step; i += 64)
                             _mm_prefetch(ahead + (int64_t)g * ahead_step + i, _MM_HINT_T1);
+                    const void *src = a;  /* the weight tile: 16 rows of 64 bytes */
+                    int64_t stride = 64;
                     if (kind == W_BF16 && nr == 16 && (g + 1) * GROUP <= in) {
-                        _tile_loadd(4, (const uint16_t *)q + (int64_t)n0 * in + g * GROUP,
-                                    row_bytes);
+                        src = (const uint16_t *)q + (int64_t)n0 * in + g * GROUP;
+                        stride = row_bytes;
+                    } else if (kind == W_INT4) {
+                        dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, a);
+                    } else if (kind == W_INT8) {
+                        dequant_int8((const int8_t *)q, in, n0, nr, g, a);
                     } else {
-                        if (kind == W_INT4)
-                            dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, a);
-                        else if (kind == W_INT8)
-                            dequant_int8((const int8_t *)q, in, n0, nr, g, a);
-                        else
-                            copy_bf16((const uint16_t *)q, in, n0, nr, g, a);
-                        _tile_loadd(4, a, 64);
+                        copy_bf16((const uint16_t *)q, in, n0, nr, g, a);
                     }
                     const uint16_t *b = xb + ((size_t)g * tiles + t0) * BTILE_ELEMS;
-                    if (split && (g & 1)) {
-                        DP(2, 0, 6);
-                        if (nt > 1) DP(3, 1, 7);
-                    } else {
-                        DP(0, 0, 5);
-                        if (nt > 1) DP(1, 1, 6);
-                        if (nt > 2) DP(2, 2, 7);
-                        if (nt > 3) DP(3, 3, 5);
+                    if (!split) {
+                        _tile_loadd(4, src, stride);
+                        DP(0, 0, 4, 5);
+                        DP(1, 1, 4, 6);
+                        if (nt > 2) DP(2, 2, 4, 7);
+                        if (nt > 3) DP(3, 3, 4, 5);
+                    } else if (!(g & 1)) {  /* even groups: A in tile 4, sums in tiles 0-1 */
+                        _tile_loadd(4, src, stride);
+                        if (nt > 1) { DP(0, 0, 4, 6); DP(1, 1, 4, 7); }
+                        else DP(0, 0, 4, 6);
+                    } else {  /* odd ones: A in tile 5, sums in tiles 2-3 */
+                        _tile_loadd(5, src, stride);
+                        if (nt > 1) { DP(2, 0, 5, 6); DP(3, 1, 5, 7); }
+                        else DP(2, 0, 5, 7);
                     }
                 }
                 _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64);
