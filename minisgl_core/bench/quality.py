@@ -27,7 +27,10 @@ CHUNK = 512  # tokens per forward: bounds the [CHUNK, vocab] fp32 logits (100 MB
 LLAMACPP_CTX = 512  # llama-perplexity's default context, the chunk of its method
 TARGET_PPL_RATIO = 1.03  # int8 perplexity within 3% of fp32's
 # the other modes' targets (perplexity at most this times fp32's): weight-only keeps activations
-TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05, "bf16": 1.005}
+TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05, "bf16": 1.005,
+           "bf16-int8-wo": 1.005, "bf16-int4": 1.05}
+WEIGHT_ONLY = ("int8-wo", "int4")  # with bf16 activations too under --bf16 (what --dtype auto
+# runs them in where bf16 measures faster); int8 W8A8 always quantizes fp32 inputs
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,8 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
     # (label, quantization, dtype); fp32 first: the others are compared with it
     systems = [("fp32", None, "float32"), *([("bf16", None, "bfloat16")] if bf16 else []),
-               *[(q, q, "float32") for q in quantization if q is not None]]
+               *[(q, q, "float32") for q in quantization if q is not None],
+               *[(f"bf16-{q}", q, "bfloat16") for q in quantization if bf16 and q in WEIGHT_ONLY]]
     results: list[Quality] = []
     reference: list[list[int]] = []
     ids: list[int] = []

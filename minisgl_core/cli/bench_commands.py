@@ -90,7 +90,9 @@ def bench_quality(
         help="int8, int8-wo or int4: measure it against fp32 (fp32 alone without).")] = None,
     tokens: Annotated[int, typer.Option(min=2, help="Tokens of text for the perplexity.")] = 4096,
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
-    bf16: Annotated[bool, typer.Option(help="Also measure the model in bf16.")] = False,
+    bf16: Annotated[bool, typer.Option(
+        help="Also measure the model in bf16, and int8-wo / int4 with bf16 activations.")
+    ] = False,
     peer: Annotated[str | None, typer.Option(
         help="llamacpp: also llama.cpp's own perplexity of the GGUF (Q4_1) and its Q8_0 on the "
              "same tokens, and every row by its method (`make bench-peers PEERS=llamacpp`).")

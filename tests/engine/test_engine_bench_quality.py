@@ -81,17 +81,21 @@ def test_llamacpp_way_scores_the_second_half_of_each_chunk(tiny_models: dict[str
     engine.check_idle_invariant()
 
 
-def test_quality_report_measures_bf16_beside_fp32(tiny_models: dict[str, Path],
+def test_quality_report_measures_bf16_and_bf16_int4_beside_fp32(tiny_models: dict[str, Path],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     threads = torch.get_num_threads()
     try:
-        quality.main(str(tiny_models["llama"]), [], tokens=100, max_tokens=4, json_lines=True,
-                     threads=1, bf16=True)
+        quality.main(str(tiny_models["llama"]), ["int4"], tokens=100, max_tokens=4,
+                     json_lines=True, threads=1, bf16=True)
     finally:
         torch.set_num_threads(threads)
     rows = [quality.Quality(**json.loads(line)) for line in capsys.readouterr().out.splitlines()]
-    assert [r.system for r in rows] == ["fp32", "bf16"]
-    fp32, bf16 = rows
+    assert [r.system for r in rows] == ["fp32", "bf16", "int4", "bf16-int4"]
+    fp32, bf16, int4, bf16_int4 = rows
+    # int4 with bf16 activations: its own kernels, near int4's with fp32 ones (a random tiny
+    # model's perplexity, ~1e5, moves by several percent with bf16 rounding alone)
+    assert bf16_int4.perplexity == pytest.approx(int4.perplexity, rel=0.2)
+    assert bf16_int4.perplexity != int4.perplexity
     # bf16 weights and activations: close to fp32's on the same tokens, and not equal to it
     assert bf16.perplexity == pytest.approx(fp32.perplexity, rel=0.05)
     assert bf16.perplexity != fp32.perplexity
