@@ -55,7 +55,8 @@ def test_weight_only_auto_times_its_own_kernels(tiny_models: dict[str, Path], tm
     assert choice.reason.startswith(f"{quantization} gate|up layer at 1/8/32 rows")
     timed = [json.loads(p.read_text()) for p in tmp_path.glob("linear-*.json")]
     assert sorted(t["key"]["dtype"] for t in timed) == ["torch.bfloat16", "torch.float32"]
-    assert all(t["choice"]["gate_up"][0] in (quantization, f"{quantization}-dequant")
+    weight_only = (quantization, f"{quantization}-amx", f"{quantization}-dequant")
+    assert all(t["choice"]["gate_up"][0] in weight_only
                for t in timed)  # the weight-only kernels, not the dense ones
 
 
