@@ -138,30 +138,45 @@ def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None =
     return y
 
 
-def amx_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, residual: torch.Tensor | None = None,
-               dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
-    """``x [T, in] bf16 @ dequant(w).T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32 or
-    bf16: summed in fp32, rounded once) on AMX (csrc/wo_amx.c); None where the library or the
-    CPU has no AMX."""
+def amx_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight | torch.Tensor,
+               residual: torch.Tensor | None = None, dtype: torch.dtype = torch.float32
+               ) -> torch.Tensor | None:
+    """``x [T, in] bf16 @ W.T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32 or bf16: summed
+    in fp32, rounded once) on AMX (csrc/wo_amx.c), W int8 / int4 dequantized or a bf16 HF
+    weight ``[out, in]``; None where the library or the CPU has no AMX."""
     lib = native.library()
     if lib is None or x.dtype != torch.bfloat16 or not lib.wo_has_amx():
         return None
     x = x.contiguous()
     rows, inp = x.shape
-    out = w.q.shape[0]
     res = None if residual is None else residual.to(dtype).contiguous()
-    y = torch.empty(rows, out, dtype=dtype)
-    args: tuple[int | None, ...] = (x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr())
-    if isinstance(w, Int4Weight):
-        kernel, args = lib.wo_amx_int4, (*args, w.min.data_ptr())
+    if isinstance(w, torch.Tensor):
+        out = w.shape[0]
+        kernel, args = lib.wo_amx_bf16, (x.data_ptr(), rows, inp, w.data_ptr())
     else:
-        kernel = lib.wo_amx_int8
-    args = (*args, out, y.data_ptr(), int(dtype == torch.bfloat16),
+        out = w.q.shape[0]
+        args = (x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr())
+        if isinstance(w, Int4Weight):
+            kernel, args = lib.wo_amx_int4, (*args, w.min.data_ptr())
+        else:
+            kernel = lib.wo_amx_int8
+    y = torch.empty(rows, out, dtype=dtype)
+    call = (*args, out, y.data_ptr(), int(dtype == torch.bfloat16),
             None if res is None else res.data_ptr(), torch.get_num_threads())
     if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
         with torch.profiler.record_function(PROFILE_NAMES[2]):
-            return y if kernel(*args) == 0 else None
-    return y if kernel(*args) == 0 else None
+            return y if kernel(*call) == 0 else None
+    return y if kernel(*call) == 0 else None
+
+
+def amx_run(packed: Int8Weight | Int4Weight | torch.Tensor, x: torch.Tensor,
+            bias: torch.Tensor | None, residual: torch.Tensor | None) -> torch.Tensor:
+    """An AMX kernel's ``run``: a residual without a bias is summed in the kernel, rounded
+    once."""
+    fused = residual if bias is None else None
+    y = amx_matmul(x, packed, fused, x.dtype)
+    assert y is not None, "the AMX kernel ran where available() said it could not"
+    return y if fused is not None else _add(y, bias, residual)
 
 
 class _WeightOnly(Kernel):
@@ -229,10 +244,7 @@ class WeightOnlyAmx(_WeightOnly):
 
     def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
-        fused = residual if bias is None else None  # summed in the kernel, rounded once
-        y = amx_matmul(x, packed, fused, x.dtype)
-        assert y is not None, "the AMX kernel ran where available() said it could not"
-        return y if fused is not None else _add(y, bias, residual)
+        return amx_run(packed, x, bias, residual)
 
 
 class WeightOnlyDequant(_WeightOnly):

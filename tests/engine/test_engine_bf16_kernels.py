@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from minisgl_core.engine.amx_hf import AmxHF, amx_bf16_matmul
+from minisgl_core.engine.amx_hf import AmxHF
 from minisgl_core.engine.kernel_choice import candidates, choose
 from minisgl_core.engine.linear import BUCKETS, Linear, bf16_fast
+from minisgl_core.engine.wo_quant import amx_matmul
 
 CPU, BF16 = torch.device("cpu"), torch.bfloat16
 
@@ -46,7 +47,7 @@ def test_amx_on_the_hf_weight_is_the_exact_product_before_rounding() -> None:
         w = torch.randn(out, inp, generator=gen).to(BF16)
         for rows in (1, 2, 3, 8, 17, 33, 64, 65, 130):
             x = torch.randn(rows, inp, generator=gen).to(BF16)
-            y = amx_bf16_matmul(x, w)
+            y = amx_matmul(x, w)
             ref = x.double() @ w.double().t()  # products of bf16 are exact in fp32
             assert y is not None and y.shape == (rows, out)
             assert float((y - ref).abs().max() / ref.abs().max()) < 1e-5, (out, inp, rows)

@@ -1,16 +1,18 @@
-/* int4 and int8 weights against bf16 inputs on AMX's tile multiply (tdpbf16ps), for 3-64 rows
- * and more, where the dot-product kernels (wo_int4_bf16.c, wo_matmul.c) pay for every row again.
+/* Linear layers with bf16 inputs on AMX's tile multiply (tdpbf16ps): int4 and int8 weights from
+ * a few rows up, where the dot-product kernels (wo_int4_bf16.c, wo_matmul.c) pay for unpacking
+ * every weight again for every row, and bf16 weights as they lie in the HF [out, in] tensor.
  *
- * The weight is the A operand: a tile is 16 output rows by one group of 32 inputs, dequantized
- * into bf16 in a 1 KB buffer (row r = output n0 + r, the group's 32 weights in order) exactly as
- * wo_int4_dequant_bf16 rounds them (nib * scale + min in fp32, then to nearest bf16); int8
- * weights are integers, exact in bf16, and their per-row scale is applied to the sums at the end.
- * The inputs are the B operand, laid out once per call in AMX's pair order: B tile (group g,
- * token tile t) row k2 holds, for each of 16 tokens, inputs 2 k2 and 2 k2 + 1 of the group
- * (zeros past the row's end and past the last token). Four C tiles hold 16 outputs by up to 64
- * tokens in fp32 across all groups; each weight tile is dequantized once for all of them, so
- * from a few rows on the dequantizing, not the multiply, is the cost, and it does not grow with
- * the rows. Output row blocks are spread over OpenMP threads; each thread configures its tiles.
+ * The weight is the A operand: a tile is 16 output rows by one group of 32 inputs. int4 is
+ * dequantized into a 1 KB bf16 buffer (row r = output n0 + r, the group's 32 weights in order)
+ * exactly as wo_int4_dequant_bf16 rounds it (nib * scale + min in fp32, then to nearest bf16);
+ * int8 weights are integers, exact in bf16, and their per-row scale multiplies the sums at the
+ * end; bf16 tiles are loaded straight from the weight. The inputs are the B operand, laid out
+ * once per call in AMX's pair order: B tile (group g, token tile t) row k2 holds, for each of 16
+ * tokens, inputs 2 k2 and 2 k2 + 1 of the group (zeros past the row's end and the last token).
+ * Four C tiles hold 16 outputs by up to 64 tokens in fp32 across all groups; each weight tile is
+ * unpacked once for all of them, so from a few rows on the unpacking, not the multiply, is the
+ * cost, and it hardly grows with the rows. Output row blocks are spread over OpenMP threads;
+ * each thread configures its tiles and releases them at the end of the call.
  */
 #define _GNU_SOURCE  /* syscall() */
 #include <stdint.h>
@@ -20,13 +22,12 @@
 #define GROUP 32
 #define CTILES 4                 /* C tiles: tokens a pass = 16 * CTILES */
 #define BTILE_ELEMS (16 * 32)    /* bf16 values in one B tile */
-#ifndef AHEAD
-#define AHEAD 1                  /* weight blocks prefetched ahead */
-#endif
+#define AHEAD 1                  /* weight blocks prefetched ahead (2 and 4: no faster) */
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
 #include <immintrin.h>
+#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -195,8 +196,8 @@ TA static inline void copy_bf16(const uint16_t *w, int in, int n0, int nr, int g
 
 enum weight_kind { W_INT4, W_INT8, W_BF16 };
 
-/* y [T, out] fp32 = x [T, in] bf16 @ W^T: W int4 (q, scale, mn as wo_matmul.c), int8 (q
- * [out, in] int8, scale [out] fp32) or bf16 (q [out, in], loaded into tiles as it is) */
+/* y [T, out] = x [T, in] bf16 @ W^T (+ residual): W int4 (q, scale, mn as wo_matmul.c), int8
+ * (q [out, in] int8, scale [out] fp32) or bf16 (q [out, in], loaded into tiles as it is) */
 TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const void *q,
                   const void *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                   const void *residual, int threads) {
@@ -204,7 +205,13 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
     int groups = (in + GROUP - 1) / GROUP, tiles = (T + 15) / 16, blocks = (out + 15) / 16;
     int64_t row_bytes = kind == W_INT4 ? (int64_t)groups * 16 : kind == W_INT8 ? in : 2 * in;
     uint16_t *xb = aligned_alloc(64, (size_t)groups * tiles * BTILE_ELEMS * 2);
-    if (xb == NULL) return -1;
+    /* int4: each thread's copy of its block's scales and mins in fp32 (block_scales) */
+    float *sm = kind == W_INT4 ? malloc(sizeof(float) * 32 * groups * threads) : NULL;
+    if (xb == NULL || (kind == W_INT4 && sm == NULL)) {
+        free(xb);
+        free(sm);
+        return -1;
+    }
 #pragma omp parallel num_threads(threads)
     {
         lay_out_inputs(x, T, in, groups, tiles, xb);  /* ends in the omp for's barrier */
@@ -214,7 +221,8 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
         uint16_t a2[2][16 * 32] __attribute__((aligned(64)));
         float c[CTILES][16][16] __attribute__((aligned(64)));
         memset(a2, 0, sizeof a2);  /* rows past the last output stay zero */
-        float *s32 = kind == W_INT4 ? malloc(sizeof(float) * 32 * groups) : NULL, *m32 = s32 + 16 * groups;
+        float *s32 = sm ? sm + (size_t)32 * groups * omp_get_thread_num() : NULL;
+        float *m32 = s32 ? s32 + 16 * groups : NULL;
 #pragma omp for schedule(static)
         for (int blk = 0; blk < blocks; blk++) {
             int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
@@ -277,9 +285,9 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
             }
         }
         _tile_release();
-        free(s32);
     }
     free(xb);
+    free(sm);
     return 0;
 }
 
