@@ -6,9 +6,10 @@
 // minisgl::native_linear(x, residual, handle): the Linear registered under ``handle``
 // (native_ops.py) picks its row bucket's kernel exactly as linear.py's Linear.run_eager does:
 // torch.mm on the [in, out] or [out, in] weight, oneDNN on its packed weight (rows padded to
-// the same bounded set of sizes), or the weight-only kernels of wo_matmul.c, wo_int4_bf16.c and
-// wo_amx.c, or by dequantizing a tile at a time. minisgl::native_decode_attention runs paged_attention.c,
-// else gathers the pages for SDPA as attention.py's sdpa_decode does.
+// the same bounded set of sizes), AMX on the bf16 weight or the weight-only kernels of
+// wo_matmul.c, wo_int4_bf16.c and wo_amx.c, or by dequantizing a tile at a time.
+// minisgl::native_decode_attention runs paged_attention.c, else gathers the pages for SDPA as
+// attention.py's sdpa_decode does.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/addmm.h>
@@ -177,7 +178,7 @@ at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::T
                       y.data_ptr(), 1, res, threads)
         : wo_amx_int8(xp, rows, in, q.data_ptr<int8_t>(), e.weight[1].data_ptr<float>(), out,
                       y.data_ptr(), 1, res, threads);
-    TORCH_CHECK(done == 0, "minisgl: no AMX on this CPU");
+    TORCH_CHECK(done == 0, "minisgl: the AMX kernel could not run (no AMX here, or no memory)");
     return fused ? y : add_into(y, e.bias, residual);
 }
 
