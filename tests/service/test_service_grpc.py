@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -69,12 +70,16 @@ def test_grpc_cancel_frees_pages(both: tuple[RunningService, str]) -> None:
     request.sampling.ignore_eos = True
     aborted = svc.metrics().get("minisgl_scheduler_finished_abort_total", 0.0)
     # The tiny model can finish 400 tokens before a cancel sent at the first message reaches
-    # the scheduler; a few tries (bounded) make sure one cancel lands mid-generation.
+    # the scheduler: the scheduler is frozen while the cancel travels, so it finds the abort in
+    # its inbox before its next step; a few tries (bounded) cover a client too slow to see the
+    # first message before the last token.
     for _ in range(5):
         with grpc.insecure_channel(url) as channel:
             call = pb2_grpc.GeneratorStub(channel).Generate(request, timeout=60)
             for _ in call:
-                call.cancel()
+                with svc.paused("scheduler"):
+                    call.cancel()
+                    time.sleep(0.2)  # the cancel's way to the scheduler's socket takes ms
                 break
         m = svc.wait_metrics(_idle, what="the service idle")
         assert _idle(m), m  # pages back whether the cancel or the length limit ended it
