@@ -23,14 +23,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from minisgl_core.bench.wo_kernels import SCHEMES
+
 CHUNK = 512  # tokens per forward: bounds the [CHUNK, vocab] fp32 logits (100 MB for 49k)
 LLAMACPP_CTX = 512  # llama-perplexity's default context, the chunk of its method
 TARGET_PPL_RATIO = 1.03  # int8 perplexity within 3% of fp32's
 # the other modes' targets (perplexity at most this times fp32's): weight-only keeps activations
-TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05, "bf16": 1.005,
-           "bf16-int8-wo": 1.005, "bf16-int4": 1.05}
-WEIGHT_ONLY = ("int8-wo", "int4")  # with bf16 activations too under --bf16 (what --dtype auto
-# runs them in where bf16 measures faster); int8 W8A8 always quantizes fp32 inputs
+# (a weight-only mode with bf16 activations, "bf16-int4", is held to its scheme's)
+TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05, "bf16": 1.005}
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,9 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
     # (label, quantization, dtype); fp32 first: the others are compared with it
     systems = [("fp32", None, "float32"), *([("bf16", None, "bfloat16")] if bf16 else []),
                *[(q, q, "float32") for q in quantization if q is not None],
-               *[(f"bf16-{q}", q, "bfloat16") for q in quantization if bf16 and q in WEIGHT_ONLY]]
+               # the weight-only schemes with bf16 activations too (what --dtype auto runs them
+               # in where bf16 measures faster); int8 W8A8 always quantizes fp32 inputs
+               *[(f"bf16-{q}", q, "bfloat16") for q in quantization if bf16 and q in SCHEMES]]
     results: list[Quality] = []
     reference: list[list[int]] = []
     ids: list[int] = []
@@ -215,7 +217,8 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
         del engine
     peers = _llamacpp_rows(text, len(ids), torch.get_num_threads()) if peer else []
     ok = all(r.paris for r in results) and all(
-        r.perplexity <= TARGETS.get(r.system, TARGET_PPL_RATIO) * results[0].perplexity
+        r.perplexity
+        <= TARGETS.get(r.system.removeprefix("bf16-"), TARGET_PPL_RATIO) * results[0].perplexity
         for r in results)
     if json_lines:
         for row in [*results, *peers]:
