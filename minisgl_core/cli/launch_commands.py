@@ -102,6 +102,11 @@ def launch(
         "--compile/--no-compile",
         help="Compile the decode step (torch.compile, in the background; eager meanwhile; "
              "cached for the next start).")] = None,
+    prefix_cache_dir: Annotated[str | None, typer.Option(
+        help="Keep full KV pages of cached prefixes in this directory too (off by default); "
+             "they survive restarts.")] = None,
+    prefix_cache_disk_gb: Annotated[float | None, typer.Option(
+        help="Size budget of --prefix-cache-dir in GB (default 10).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -116,6 +121,7 @@ def launch(
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
         "reasoning_parser": reasoning_parser, "speculative": speculative, "compile": compile_,
+        "prefix_cache_dir": prefix_cache_dir, "prefix_cache_disk_gb": prefix_cache_disk_gb,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

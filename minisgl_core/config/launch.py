@@ -77,6 +77,8 @@ class LaunchConfig:
     prompt_lookup_min: int = 2  # shortest suffix n-gram looked up (docs/speculative.md)
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
     compile: bool = False  # decode steps through torch.compile'd graphs (docs/benchmarks.md)
+    prefix_cache_dir: str | None = None  # the prefix cache's disk tier (docs/prefix-cache.md)
+    prefix_cache_disk_gb: float = 10.0  # its budget: least recently used pages go beyond it
     reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content
     log_level: str = "info"
     ready_timeout_s: float = 300.0
@@ -136,6 +138,8 @@ class LaunchConfig:
         problem = parallel.tp_problem(self) or parallel.dp_problem(self)
         if problem:
             return problem
+        if not self.prefix_cache_disk_gb > 0:
+            return f"prefix_cache_disk_gb must be > 0, got {self.prefix_cache_disk_gb}"
         if not self.ready_timeout_s > 0:
             return f"ready_timeout_s must be > 0, got {self.ready_timeout_s}"
         for key, name in TABLES.items():

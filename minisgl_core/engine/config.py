@@ -44,6 +44,9 @@ class EngineConfig:
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
     compile: bool = False  # decode steps through torch.compile'd graphs (compiled.py)
+    # the prefix cache's disk tier (prefix_disk.py): None keeps it in RAM only
+    prefix_cache_dir: str | None = None
+    prefix_cache_disk_gb: float = 10.0  # budget of the page files in prefix_cache_dir
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -67,6 +70,8 @@ class EngineConfig:
             raise ValueError("num_speculative_tokens must be >= 1")
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+        if not self.prefix_cache_disk_gb > 0:
+            raise ValueError(f"prefix_cache_disk_gb must be > 0, got {self.prefix_cache_disk_gb}")
 
     def spec_options(self) -> Any:
         """The speculation options as ``speculative.SpecOptions``."""

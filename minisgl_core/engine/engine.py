@@ -24,6 +24,7 @@ from minisgl_core.engine.compiled import CompiledDecode
 from minisgl_core.engine.config import EngineConfig, ModelConfig, eos_token_ids
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator, default_num_pages
+from minisgl_core.engine.prefix_disk import DiskTier, open_disk_tier, tier_metrics
 from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.speculative import Speculator
@@ -57,6 +58,8 @@ class EngineStats:
     cache_hit_tokens: int = 0  # prompt tokens admissions took from the prefix cache
     spec_draft_tokens: int = 0  # speculative draft tokens proposed
     spec_accepted_tokens: int = 0  # of those, accepted by verification
+    # /metrics series of the prefix cache by tier, (name, value) (prefix_disk.tier_metrics)
+    prefix_tiers: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""
@@ -114,6 +117,7 @@ class Engine:
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
         self.batcher = Batcher(self.allocator, self.page_size, config.max_running_requests,
                                config.max_prefill_tokens, config.cache)
+        self.prefix_disk = self._open_prefix_disk()
         self.speculator = None if config.speculative is None else Speculator(
             config.spec_options(), self.sampler, self.max_seq_len)
         self.requests: dict[str, Request] = {}
@@ -129,6 +133,18 @@ class Engine:
         release_freed_memory()
         log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
                  cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
+
+    def _open_prefix_disk(self) -> DiskTier | None:
+        c, cache = self.config, self.batcher.cache
+        if c.prefix_cache_dir is None or cache is None:
+            return None
+        if self.tp is not None:  # the other ranks hold their own heads' pages: not loaded there
+            log.warning("prefix cache: the disk tier is off under tensor parallelism")
+            return None
+        disk = open_disk_tier(c.prefix_cache_dir, c.prefix_cache_disk_gb, self.model_path,
+                              self.kv, (c.dtype, c.quantization))
+        cache.attach_disk(disk)
+        return disk
 
     @property
     def scheduler(self) -> Batcher:
@@ -197,10 +213,17 @@ class Engine:
         """Current load, page use and counters."""
         s, c = self.batcher, self.batcher.cache
         waiting = len(s.waiting) + len(self.grammar.parked)  # compiling grammars wait too
+        tiers = () if c is None else tier_metrics(c.hit_tokens, s.prompt_tokens,
+                                                  c.num_pages * self._page_bytes(),
+                                                  self.prefix_disk)
         return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
                            self._generated_tokens, c.num_pages if c else 0,
-                           c.hit_tokens if c else 0, *self._spec_counts())
+                           c.hit_tokens if c else 0, *self._spec_counts(), tiers)
+
+    def _page_bytes(self) -> int:
+        return self.page_size * (self.kv.k[0, 0].nbytes + self.kv.v[0, 0].nbytes) * len(
+            self.kv.k_layers)
 
     def _spec_counts(self) -> tuple[int, int]:
         sp = self.speculator
@@ -259,6 +282,8 @@ class Engine:
     def close(self) -> None:
         """Rank 0: stop the followers; every rank leaves the process group (no-op without tp)."""
         self.grammar.close()
+        if self.prefix_disk is not None:
+            self.prefix_disk.close()
         if self.compiled is not None:
             self.compiled.close()
         if self.tp is None:

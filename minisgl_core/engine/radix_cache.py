@@ -9,6 +9,10 @@ every unlocked node can be evicted (leaves first, least recently used first).
 Page ownership: a page is on the allocator's free list, or in the tree (and then maybe also in
 the page lists of the requests that lock it), or private to exactly one running request. When
 idle, free + tree pages == total.
+
+With a disk tier (prefix_disk.py) each node also has its page's chained key; new full pages are
+saved as the tree takes them in (and, if that save was dropped, when evicted), and admission
+loads the pages of a prefix the tree lacks from disk before computing anything.
 """
 
 from __future__ import annotations
@@ -16,18 +20,26 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from minisgl_core.engine.kv_cache import PageAllocator
 from minisgl_core.engine.request import Request
 
+if TYPE_CHECKING:
+    from minisgl_core.engine.prefix_disk import DiskTier
+
 
 class Node:
-    """One cached page: its tokens (the key under its parent), page id, lock count, LRU stamp."""
+    """One cached page: its tokens (the key under its parent), page id, lock count, LRU stamp,
+    and with a disk tier its chained key and whether it was handed to the writer."""
 
-    __slots__ = ("children", "key", "page", "parent", "ref", "stamp")
+    __slots__ = ("children", "digest", "key", "page", "parent", "ref", "saved", "stamp")
 
-    def __init__(self, parent: Node | None, key: tuple[int, ...], page: int, stamp: int) -> None:
+    def __init__(self, parent: Node | None, key: tuple[int, ...], page: int, stamp: int,
+                 digest: bytes = b"") -> None:
         self.parent = parent
+        self.digest = digest
+        self.saved = False
         self.key = key
         self.page = page
         self.children: dict[tuple[int, ...], Node] = {}
@@ -47,6 +59,12 @@ class RadixCache:
         self.num_evictable = 0  # tree pages no running request locks
         self.hit_tokens = 0  # tokens admissions did not have to compute
         self.evicted_pages = 0
+        self.disk: DiskTier | None = None
+
+    def attach_disk(self, disk: DiskTier) -> None:
+        """Save full pages to ``disk`` and load missing prefixes from it (before any insert)."""
+        self.disk = disk
+        self.root.digest = disk.root_key
 
     # ---- the tree -------------------------------------------------------------------------------
 
@@ -61,27 +79,39 @@ class RadixCache:
             pages.append(child.page)
         return node, pages
 
-    def insert(self, node: Node, tokens: Sequence[int],
-               pages: Sequence[int]) -> tuple[Node, list[int], list[int]]:
+    def insert(self, node: Node, tokens: Sequence[int], pages: Sequence[int],
+               from_disk: bool = False) -> tuple[Node, list[int], list[int]]:
         """Hang ``pages`` (holding ``tokens``, len(pages) * page_size of them) below ``node``.
 
         Returns the deepest node, the page the tree holds for each position (the given one, or
         the one already there) and the given pages the tree already had (the caller frees them).
+        New pages are saved to the disk tier unless they came ``from_disk``.
         """
-        p, path, dups = self.page_size, [], []
+        p, path, dups, fresh = self.page_size, [], [], []
         for j, page in enumerate(pages):
             key = tuple(tokens[j * p:(j + 1) * p])
             child = node.children.get(key)
             if child is None:
-                child = Node(node, key, page, next(self._clock))
+                digest = b"" if self.disk is None else self.disk.key(node.digest, key)
+                child = Node(node, key, page, next(self._clock), digest)
+                child.saved = from_disk
                 node.children[key] = child
                 self.num_pages += 1
                 self.num_evictable += 1
+                fresh.append(child)
             elif child.page != page:
                 dups.append(page)
             path.append(child.page)
             node = child
+        if not from_disk:
+            self._save(fresh)
         return node, path, dups
+
+    def _save(self, nodes: list[Node]) -> None:
+        if self.disk is not None and nodes:
+            saved = self.disk.save([n.digest for n in nodes], [n.page for n in nodes])
+            for n in nodes:
+                n.saved = saved
 
     def lock(self, node: Node) -> None:
         """One more running request uses the path root..node."""
@@ -110,17 +140,21 @@ class RadixCache:
         heap = [(n.stamp, id(n), n) for n in self._nodes() if not n.children and n.ref == 0]
         heapq.heapify(heap)
         freed: list[int] = []
+        unsaved: list[Node] = []
         while heap and len(freed) < num_pages:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             assert parent is not None
             del parent.children[leaf.key]
             freed.append(leaf.page)
+            if not leaf.saved:
+                unsaved.append(leaf)
             if parent is not self.root and not parent.children and parent.ref == 0:
                 heapq.heappush(heap, (parent.stamp, id(parent), parent))
         self.num_pages -= len(freed)
         self.num_evictable -= len(freed)
         self.evicted_pages += len(freed)
+        self._save(unsaved)  # copies the pages out before they go back to the free list
         self.allocator.free(freed)
         return len(freed)
 
@@ -143,12 +177,43 @@ class RadixCache:
 
         At least the last token is left out so the request has one to compute (for logits).
         """
-        node, pages = self.match(req.token_slice(0, req.num_tokens - 1))
+        tokens = req.token_slice(0, req.num_tokens - 1)
+        node, pages = self.match(tokens)
         self.lock(node)
+        if self.disk is not None:
+            node, pages = self._load(node, pages, tokens)
         req.cache_node, req.num_shared_pages = node, len(pages)
         req.pages = pages
         req.num_cached = len(pages) * self.page_size
         return req.num_cached
+
+    def _load(self, node: Node, pages: list[int], tokens: Sequence[int]) -> tuple[Node, list[int]]:
+        """Extend the locked match ``node`` with the next full pages of ``tokens`` found on disk
+        (as many as there is room for, one page left to compute in); the new node is locked."""
+        assert self.disk is not None
+        p, start = self.page_size, len(pages)
+        room = self.allocator.num_free + self.num_evictable - 1
+        loaded: list[int] = []
+        digest = node.digest
+        for i in range(start * p, len(tokens) - p + 1, p):
+            if len(loaded) >= room:
+                break
+            digest = self.disk.key(digest, tokens[i:i + p])
+            if self.allocator.num_free == 0:
+                self.evict(1)  # never our match: its path is locked
+            page = self.allocator.alloc(1)
+            if not self.disk.load(digest, page[0]):
+                self.allocator.free(page)
+                break
+            loaded.extend(page)
+        if not loaded:
+            return node, pages
+        deep, path, dups = self.insert(node, tokens[start * p:(start + len(loaded)) * p], loaded,
+                                       from_disk=True)
+        self.allocator.free(dups)  # none: the tree had no child where the match stopped
+        self.lock(deep)
+        self.unlock(node)
+        return deep, pages + path
 
     def update(self, req: Request) -> None:
         """Share ``req``'s newly completed full pages through the tree and move its lock down.

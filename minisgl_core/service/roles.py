@@ -77,6 +77,8 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "prompt_lookup_min": getattr(cfg, "prompt_lookup_min", None),
         "prompt_lookup_max": getattr(cfg, "prompt_lookup_max", None),
         "compile": getattr(cfg, "compile", None),
+        "prefix_cache_dir": getattr(cfg, "prefix_cache_dir", None),
+        "prefix_cache_disk_gb": getattr(cfg, "prefix_cache_disk_gb", None),
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     if cfg.tp == 1:

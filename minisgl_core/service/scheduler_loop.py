@@ -215,6 +215,8 @@ class SchedulerLoop:
                     "spec_accepted_tokens_total": float(getattr(s, "spec_accepted_tokens", 0))}
         counters.update({f"scheduler_finished_{k}_total": float(v)
                          for k, v in self.finished_total.items()})
+        for name, value in getattr(s, "prefix_tiers", ()):  # hits, misses, bytes by tier
+            (counters if name.endswith("_total") else gauges)[name] = value
         return Stats(process=f"scheduler:{os.getpid()}", gauges=gauges, counters=counters,
                      dp_rank=self.dp_rank)
 

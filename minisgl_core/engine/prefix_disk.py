@@ -1,0 +1,179 @@
+"""Disk tier of the prefix cache: full KV pages saved by a background writer, loaded on RAM misses.
+
+The radix cache (radix_cache.py) calls ``save`` when it takes in freshly computed full pages and
+when it evicts a page not saved yet, and ``load`` for the pages of a prefix it does not hold. A
+save copies the pages out of the pool at once (the pool page may be reused next step) and queues
+the copy; a writer thread turns it into files (prefix_files.py). The queue is bounded in bytes:
+when it is full the pages are not saved (counted as dropped) instead of stalling the step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from minisgl_core.engine.prefix_files import (
+    HEADER_SIZE,
+    PageFiles,
+    PageShape,
+    chain_key,
+    model_fingerprint,
+)
+
+if TYPE_CHECKING:
+    from minisgl_core.engine.kv_cache import KVPool
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_BYTES = 256 * 1024 * 1024  # page copies waiting for the writer (then saves drop)
+RESCAN_EVERY = 256  # writes between scans of the DIR (other services write to it too)
+CLOSE_WAIT_S = 10.0  # at exit, how long the writer may take to finish its queue
+
+
+class DiskTier:
+    """One engine's view of a prefix-cache DIR: page keys, the writer thread, tier counters."""
+
+    def __init__(self, files: PageFiles, kv: KVPool) -> None:
+        self.files = files
+        self.shape = s = files.shape
+        self.dtype: torch.dtype = kv.k.dtype
+        # the pool as pages: [layers, num_pages + 1, page_size, kv_heads, head_dim]
+        paged = (s.layers, kv.num_pages + 1, s.page_size, s.kv_heads, s.head_dim)
+        self._k_pages = kv.k.view(paged)
+        self._v_pages = kv.v.view(paged)
+        self.root_key = files.fingerprint
+        self.hit_tokens = 0  # prompt tokens loaded from disk instead of computed
+        self.read_bytes = 0
+        self.written_bytes = 0
+        self.dropped_pages = 0  # not saved: the writer's queue was full
+        self._pending_bytes = 0
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[list[bytes], torch.Tensor] | None] = queue.Queue()
+        self._writes_since_scan = 0
+        self._writer = threading.Thread(target=self._run, name="prefix-disk-writer", daemon=True)
+        self._writer.start()
+        atexit.register(self.close)
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of page files in the DIR (all models), as of the last scan plus our writes."""
+        return self.files.used_bytes
+
+    def key(self, parent: bytes, tokens: Sequence[int]) -> bytes:
+        """The key of the page holding ``tokens`` after the page keyed ``parent``."""
+        return chain_key(parent, array("i", tokens).tobytes())
+
+    def save(self, keys: list[bytes], pages: list[int]) -> bool:
+        """Queue pool ``pages`` to be written under ``keys``; False (dropped) when the queue is
+        full."""
+        if not keys:
+            return True
+        size = len(keys) * self.shape.payload_bytes
+        with self._lock:
+            if self._pending_bytes + size > MAX_PENDING_BYTES:
+                self.dropped_pages += len(keys)
+                return False
+            self._pending_bytes += size
+        index = torch.tensor(pages, dtype=torch.long, device=self._k_pages.device)
+        # [2, layers, n, page_size, kv_heads, head_dim]: a copy, the pool pages may be reused
+        data = torch.stack([self._k_pages.index_select(1, index),
+                            self._v_pages.index_select(1, index)]).cpu()
+        self._queue.put((keys, data))
+        return True
+
+    def load(self, key: bytes, page: int) -> bool:
+        """Fill pool ``page`` from the file of ``key``; False when absent or failing a check."""
+        buf = self.files.read(key)
+        if buf is None:
+            return False
+        s = self.shape
+        data = torch.frombuffer(buf, dtype=self.dtype, offset=HEADER_SIZE).view(
+            2, s.layers, s.page_size, s.kv_heads, s.head_dim)
+        self._k_pages[:, page] = data[0]
+        self._v_pages[:, page] = data[1]
+        self.hit_tokens += s.page_size
+        self.read_bytes += len(buf)
+        return True
+
+    def flush(self) -> None:
+        """Wait until every queued page is written (or failed)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Write what is queued and stop the writer (idempotent)."""
+        if not self._writer.is_alive():
+            return
+        self._queue.put(None)
+        self._writer.join(CLOSE_WAIT_S)
+        atexit.unregister(self.close)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._write_all(*item)
+            finally:
+                self._queue.task_done()
+
+    def _write_all(self, keys: list[bytes], data: torch.Tensor) -> None:
+        try:
+            for i, key in enumerate(keys):
+                payload = data[:, :, i].contiguous().view(torch.uint8).numpy()
+                self.written_bytes += self.files.write(key, memoryview(payload).cast("B"))
+                self._writes_since_scan += 1
+            if (self.files.used_bytes > self.files.budget_bytes
+                    or self._writes_since_scan >= RESCAN_EVERY):
+                self._writes_since_scan = 0
+                self.files.scan_and_evict()
+        except OSError as exc:  # a full or read-only disk: the RAM cache goes on without it
+            log.warning("prefix cache: writing to %s failed: %s", self.files.root, exc)
+        finally:
+            with self._lock:
+                self._pending_bytes -= len(keys) * self.shape.payload_bytes
+
+
+def open_disk_tier(directory: str, budget_gb: float, model_dir: Path, kv: KVPool,
+                   fingerprint_parts: tuple[object, ...]) -> DiskTier:
+    """The disk tier in ``directory`` for the pool ``kv`` of the model in ``model_dir``."""
+    layers, _, kv_heads, head_dim = kv.k.shape
+    itemsize = kv.k.element_size()
+    dtype = str(kv.k.dtype).removeprefix("torch.")
+    shape = PageShape(layers, kv.page_size, kv_heads, head_dim, dtype, itemsize)
+    fingerprint = model_fingerprint(model_dir, (*fingerprint_parts, shape))
+    files = PageFiles(Path(directory), fingerprint, shape, int(budget_gb * 1024 ** 3))
+    log.info("prefix cache disk tier: %s (%.1f GB budget, %.2f GB in use)", directory, budget_gb,
+             files.used_bytes / 1024 ** 3)
+    return DiskTier(files, kv)
+
+
+def tier_metrics(ram_hit_tokens: int, prompt_tokens: int, ram_bytes: int,
+                 disk: DiskTier | None) -> tuple[tuple[str, float], ...]:
+    """/metrics series by tier: hits and misses (prompt tokens), bytes held, disk traffic.
+
+    ``ram_hit_tokens`` is every cache hit (pages loaded from disk are in the RAM tree then);
+    the RAM tier's own hits are those the disk did not supply.
+    """
+    disk_hits = disk.hit_tokens if disk is not None else 0
+    ram_hits = max(ram_hit_tokens - disk_hits, 0)
+    out: list[tuple[str, float]] = [
+        ("prefix_cache_ram_hit_tokens_total", ram_hits),
+        ("prefix_cache_ram_miss_tokens_total", max(prompt_tokens - ram_hits, 0)),
+        ("prefix_cache_ram_bytes", ram_bytes)]
+    if disk is not None:
+        out += [("prefix_cache_disk_hit_tokens_total", disk_hits),
+                ("prefix_cache_disk_miss_tokens_total", max(prompt_tokens - ram_hit_tokens, 0)),
+                ("prefix_cache_disk_bytes", disk.used_bytes),
+                ("prefix_cache_disk_read_bytes_total", disk.read_bytes),
+                ("prefix_cache_disk_written_bytes_total", disk.written_bytes),
+                ("prefix_cache_disk_dropped_pages_total", disk.dropped_pages)]
+    return tuple((name, float(value)) for name, value in out)
