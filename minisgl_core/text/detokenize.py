@@ -204,7 +204,8 @@ class DetokenizerRole:
                          cached_tokens=delta.cached_tokens, error=error,
                          logprobs=tuple(logprobs),
                          prompt_logprobs=prompt if error is None else None,
-                         reasoning=reasoning)
+                         reasoning=reasoning,
+                         stop_string=None if state.stop is None else state.stop.matched)
 
     def _fail(self, rid: str, state: _Request, delta: TokenDelta, exc: Exception) -> TextDelta:
         """End a request the detokenizer cannot handle: one terminal error delta, state gone."""

@@ -180,6 +180,7 @@ class TextDelta(msgspec.Struct, frozen=True):
     logprobs: tuple[TextLogprob, ...] = ()  # one per token id, when the request asked
     prompt_logprobs: TextPromptLogprobs | None = None  # on the first delta, when asked
     reasoning: str = ""  # new reasoning text (a ``<think>`` block), under a reasoning parser
+    stop_string: str | None = None  # on the final delta: the stop string that ended the text
 
 
 class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from fastapi import FastAPI
 
 from minisgl_core.api import EngineClient
+from minisgl_frontend_openai.anthropic_routes import add_anthropic_routes
 from minisgl_frontend_openai.context import AppContext
 from minisgl_frontend_openai.error_handlers import add_error_handlers
 from minisgl_frontend_openai.errors import APIError
@@ -51,6 +52,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     add_router_routes(app, model_path)
     add_tokenize_routes(app, client, check_model=ctx.check_model)
     add_generate_routes(app)
+    add_anthropic_routes(app)  # /v1/messages: Anthropic's Messages API on the chat path
     if api_key:
         open_paths = ["/health"] if metrics_require_key else ["/health", "/metrics"]
         open_paths += UI_PATHS  # the page itself; it sends the key with every API call
