@@ -24,6 +24,7 @@ class AppContext:
     started: int  # unix seconds, the models' ``created``
     served_model_names: tuple[str, ...] = ()  # --served-model-name; empty: the engine's name
     aliases: tuple[str, ...] = ()  # the ``model_aliases`` option: accepted and listed too
+    accept_any_model: bool = False  # the ``accept_any_model`` option: any name gets names[0]
     live: set[Generation] = field(default_factory=set)
 
     def served_names(self) -> list[str]:
@@ -33,9 +34,9 @@ class AppContext:
 
     def check_model(self, name: str | None) -> str:
         """The reported name; RequestRejected ``model_not_found`` (a 404) for a name not
-        served."""
+        served, unless ``accept_any_model`` (a single-model server answering every name)."""
         names = self.served_names()
-        if name is not None and name not in names:
+        if name is not None and name not in names and not self.accept_any_model:
             raise RequestRejected(f"The model '{name[:100]}' does not exist", param="model",
                                   code="model_not_found")
         return names[0]

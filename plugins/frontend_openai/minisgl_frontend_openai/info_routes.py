@@ -42,8 +42,8 @@ async def list_models(request: Request) -> Response:
 
 async def get_model(request: Request, model: str) -> Response:
     ctx = context_of(request)
-    ctx.check_model(model)
-    return JSONResponse(ctx.model_card(model))
+    answering = ctx.check_model(model)  # with accept_any_model, an unknown name gets this one's
+    return JSONResponse(ctx.model_card(model if model in ctx.served_names() else answering))
 
 
 def add_info_routes(app: FastAPI) -> None:

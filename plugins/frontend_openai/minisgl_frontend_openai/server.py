@@ -33,6 +33,9 @@ OPTIONS: dict[str, Any] = {
     "api_key": None,  # set: every route but /health, /metrics and the page needs it
     "max_body_bytes": DEFAULT_MAX_BODY_BYTES,  # 413 above this
     "model_aliases": [],  # extra names accepted (and listed) as the served model
+    # True: a request naming any model is answered by the served one (mini-sglang's and
+    # SGLang's way; `python -m minisgl` sets it); False: an unknown name is a 404 (vLLM's way)
+    "accept_any_model": False,
     "metrics_require_key": False,  # True: /metrics needs the API key too
     "sglang_metrics": False,  # True: /metrics has SGLang's gauge names too (docs/scale-out.md)
     "graceful_shutdown_s": 5.0,  # how long shutdown lets in-flight responses finish
@@ -79,7 +82,8 @@ class OpenAIFrontend:
                              metrics_require_key=bool(self.options["metrics_require_key"]),
                              served_model_names=tuple(getattr(config, "served_model_name", ())),
                              sglang_metrics=bool(self.options["sglang_metrics"]),
-                             model_path=getattr(config, "model", None))
+                             model_path=getattr(config, "model", None),
+                             accept_any_model=bool(self.options["accept_any_model"]))
         add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
         self._server: _Server | None = None
