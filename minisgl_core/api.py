@@ -82,6 +82,7 @@ from minisgl_core.service.rundir import (
     tcp_endpoint,
 )
 from minisgl_core.service.spec import RoleContext, WorkerSpec
+from minisgl_core.store.paths import cache_dir
 from minisgl_core.text.detokenize import DetokenizerRole
 from minisgl_core.text.tokenize import TokenizerRole
 from minisgl_core.text.tool_calls import ToolRequest, ToolRequestError, tool_request
@@ -127,7 +128,7 @@ _LAZY = {
 __all__ = [
     # writing a plugin: the marker, what the register hooks hand over, the config, options
     "ROLE_KINDS", "LaunchConfig", "ProcessName", "Register", "RoleKind", "RoleRegister",
-    "Target", "__version__", "check_port", "checked_options", "hookimpl",
+    "Target", "__version__", "cache_dir", "check_port", "checked_options", "hookimpl",
     # the Protocols a plugin implements, and the transport errors
     "AddressInUse", "ChannelClosed", "Detokenizer", "Frontend", "MessageTooLarge",
     "OptionsTable", "Receiver", "Scheduler", "SchedulerStats", "Sender", "StepResult",

@@ -21,6 +21,8 @@ from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.info_routes import add_info_routes
 from minisgl_frontend_openai.metrics import FrontendMetrics
 from minisgl_frontend_openai.middleware import ApiKeyMiddleware, BodyLimitMiddleware
+from minisgl_frontend_openai.response_store import ResponseStore
+from minisgl_frontend_openai.responses_api import add_responses_routes
 from minisgl_frontend_openai.router_routes import add_router_routes
 from minisgl_frontend_openai.tokenize_routes import add_tokenize_routes
 from minisgl_frontend_openai.ui import UI_PATHS
@@ -33,6 +35,7 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
               metrics_require_key: bool = False,
               metrics: FrontendMetrics | None = None,
               served_model_names: Sequence[str] = (), sglang_metrics: bool = False,
+              response_store: ResponseStore | None = None,
               model_path: str | None = None, accept_any_model: bool = False) -> FastAPI:
     """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics.
 
@@ -53,6 +56,8 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
     add_router_routes(app, model_path)
     add_tokenize_routes(app, client, check_model=ctx.check_model)
     add_generate_routes(app)
+    # /v1/responses: stored answers under the cache directory unless told otherwise
+    add_responses_routes(app, response_store or ResponseStore())
     add_anthropic_routes(app)  # /v1/messages: Anthropic's Messages API on the chat path
     if api_key:
         open_paths = ["/health"] if metrics_require_key else ["/health", "/metrics"]

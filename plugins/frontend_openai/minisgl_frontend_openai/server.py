@@ -12,12 +12,18 @@ import logging
 import math
 import socket
 from collections.abc import Generator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from minisgl_core.api import EngineClient, check_port, checked_options
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
+from minisgl_frontend_openai.response_store import (
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MAX_RESPONSES,
+    ResponseStore,
+)
 from minisgl_frontend_openai.ui import add_ui
 
 if TYPE_CHECKING:
@@ -38,6 +44,11 @@ OPTIONS: dict[str, Any] = {
     "accept_any_model": False,
     "metrics_require_key": False,  # True: /metrics needs the API key too
     "sglang_metrics": False,  # True: /metrics has SGLang's gauge names too (docs/scale-out.md)
+    # where /v1/responses keeps stored answers (None: the cache directory's responses/), and
+    # how many / how long (seconds) it keeps them
+    "responses_store_dir": None,
+    "responses_store_max": DEFAULT_MAX_RESPONSES,
+    "responses_store_max_age_s": DEFAULT_MAX_AGE_S,
     "graceful_shutdown_s": 5.0,  # how long shutdown lets in-flight responses finish
     "timeout_keep_alive_s": 5,
     "access_log": False,
@@ -56,6 +67,13 @@ def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     if checked["max_body_bytes"] < 1:
         raise ValueError("[frontends.openai] max_body_bytes must be at least 1")
     return checked
+
+
+def _response_store(options: Mapping[str, Any]) -> ResponseStore:
+    directory = options["responses_store_dir"]
+    return ResponseStore(Path(directory).expanduser() if directory else None,
+                         max_responses=int(options["responses_store_max"]),
+                         max_age_s=float(options["responses_store_max_age_s"]))
 
 
 class _Server(uvicorn.Server):
@@ -83,6 +101,7 @@ class OpenAIFrontend:
                              served_model_names=tuple(getattr(config, "served_model_name", ())),
                              sglang_metrics=bool(self.options["sglang_metrics"]),
                              model_path=getattr(config, "model", None),
+                             response_store=_response_store(self.options),
                              accept_any_model=bool(self.options["accept_any_model"]))
         add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
