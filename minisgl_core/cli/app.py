@@ -143,6 +143,7 @@ def make_app(
     bench_app.command("quality")(bench_commands.bench_quality)
     bench_app.command("speculative")(bench_commands.bench_speculative)
     bench_app.command("kernels")(bench_commands.bench_kernels)
+    bench_app.command("prefix")(bench_commands.bench_prefix)
     bench_app.command("serve")(serve_command)
     bench_app.command("compare")(compare_command)
     app.add_typer(bench_app, name="bench")

@@ -1,5 +1,5 @@
-"""``minisgl bench transport``, ``offline``, ``quality``, ``speculative`` and ``kernels``
-(``bench serve`` and ``bench compare`` are defined beside their benchmarks in
+"""``minisgl bench transport``, ``offline``, ``quality``, ``speculative``, ``kernels`` and
+``prefix`` (``bench serve`` and ``bench compare`` are defined beside their benchmarks in
 ``minisgl_core.bench``)."""
 
 from __future__ import annotations
@@ -160,3 +160,32 @@ def bench_kernels(
     run = lazy_entry("minisgl_core.bench.wo_kernels:main", "the kernel benchmark")
     raise typer.Exit(run(model=model, rows=rows or [1, 2, 4, 8], threads=threads, isa=isa,
                          repeat=repeat, json_lines=json_, bf16=bf16))
+
+
+def bench_prefix(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    restart: Annotated[bool, typer.Option(
+        "--restart/--chats", help="TTFT of long prompts cold, from RAM and from the disk tier "
+        "after a restart (default); or chats sharing a system prompt, radix against naive.")
+    ] = True,
+    length: Annotated[list[int] | None, typer.Option(
+        min=16, help="--restart: prompt lengths in tokens (repeat; default 1024 4096 8192).")
+    ] = None,
+    directory: Annotated[str | None, typer.Option(
+        help="--restart: where the page files go (default: a temporary directory).")] = None,
+    drop_caches: Annotated[bool, typer.Option(
+        help="--restart: empty the OS page cache before the disk runs (root only).")] = False,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or auto.")] = "float32",
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """The prefix cache: after a restart, from its disk tier (--restart), or on chats (--chats);
+    exit 1 if the cache changed a greedy output."""
+    _dtypes([dtype])
+    if not restart:
+        run = lazy_entry("minisgl_core.bench.prefix_cache:main", "the prefix-cache benchmark")
+        raise typer.Exit(run(model=model, threads=threads, json_lines=json_))
+    run = lazy_entry("minisgl_core.bench.prefix_restart:main", "the prefix-cache benchmark")
+    raise typer.Exit(run(model=model, lengths=length or [1024, 4096, 8192], threads=threads,
+                         dtype=dtype, directory=directory, drop_caches=drop_caches,
+                         json_lines=json_))
