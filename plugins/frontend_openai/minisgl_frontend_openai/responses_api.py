@@ -103,6 +103,8 @@ async def create_response(request: Request) -> Response:
         try:
             await race_disconnect(request.receive, gen.prelude())
         except APIError as exc:
+            if exc.param in ("messages", "prompt"):  # chat's fields: here they are the input
+                exc.param = "input"
             raise name_grammar_error(exc, plan.grammar_param) from None
         if req.stream:
             return SSEResponse(_events(gen, answer, keep), on_close=close)

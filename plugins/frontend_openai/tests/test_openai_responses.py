@@ -275,6 +275,7 @@ def test_disconnect_mid_stream_aborts(served: Any, kit: SimpleNamespace) -> None
     ({"input": "x", "text": {"format": {"type": "grammar"}}}, 400, "text.format.type",
      "unsupported_parameter"),
     ({"input": "x", "model": "other"}, 404, "model", "model_not_found"),
+    ({"input": "w " * 300}, 400, "input", "context_length_exceeded"),
 ])
 def test_bad_requests_get_the_openai_error_shape(served: Any, body: dict[str, Any], status: int,
                                                  param: str, code: str | None) -> None:
@@ -296,3 +297,18 @@ def test_the_sdk_raises_on_refusals(served: Any) -> None:
     assert err.value.code == "previous_response_not_found"
     with pytest.raises(openai.NotFoundError):
         client.responses.input_items.list("resp_nope")
+
+
+def test_an_engine_error_mid_stream_is_an_error_event(served: Any) -> None:
+    body = {"model": "scripted-model", "input": "[error-after=3] fails", "stream": True}
+    with httpx.stream("POST", served.url + "/responses", json=body, timeout=10) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    events = [json.loads(line[6:]) for line in lines]
+    assert [e["type"] for e in events][:2] == ["response.created", "response.in_progress"]
+    last = events[-1]
+    assert last["type"] == "error" and last["code"] == "scripted"
+    assert last["sequence_number"] == len(events) - 1
+    assert not any(e["type"] == "response.completed" for e in events)
+    with pytest.raises(openai.APIError, match="scripted failure"), \
+            sdk(served).responses.stream(model="scripted-model", input="[error-after=2]") as s:
+        list(s)
