@@ -86,6 +86,9 @@ def launch(
     reasoning_parser: Annotated[str | None, typer.Option(
         help="qwen3 or deepseek_r1: a chat answer's <think> block goes to reasoning_content."
     )] = None,
+    tool_call_parser: Annotated[str | None, typer.Option(
+        help="hermes, llama3_json, mistral or qwen3_coder: the format of the model's tool calls "
+             "(default: read from its chat template).")] = None,
     remote: Annotated[str | None, typer.Option(
         help="A role run by `minisgl worker` on another host: scheduler, tokenizer or "
              "detokenizer (tcp endpoints; docs/transports.md).")] = None,
@@ -120,7 +123,8 @@ def launch(
         "tp_local_ranks": tp_local_ranks, "dist_addr": dist_addr, "dist_port": dist_port,
         "cache": cache, "tokenizer": tokenizer, "detokenizer": detokenizer,
         "scheduler": scheduler, "quantization": quantization,
-        "reasoning_parser": reasoning_parser, "speculative": speculative, "compile": compile_,
+        "reasoning_parser": reasoning_parser, "tool_call_parser": tool_call_parser,
+        "speculative": speculative, "compile": compile_,
         "prefix_cache_dir": prefix_cache_dir, "prefix_cache_disk_gb": prefix_cache_disk_gb,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s

@@ -80,6 +80,8 @@ class LaunchConfig:
     prefix_cache_dir: str | None = None  # the prefix cache's disk tier (docs/prefix-cache.md)
     prefix_cache_disk_gb: float = 10.0  # its budget: least recently used pages go beyond it
     reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content
+    # hermes, llama3_json, mistral, qwen3_coder: how tool calls are written (None: the template's)
+    tool_call_parser: str | None = None
     log_level: str = "info"
     ready_timeout_s: float = 300.0
     transports: Tables = field(default_factory=dict)
@@ -135,6 +137,13 @@ class LaunchConfig:
                 return (f'reasoning_parser must be one of {", ".join(parser_names())}, got '
                         f'"{self.reasoning_parser}";'
                         f"{suggest(self.reasoning_parser, parser_names())}")
+        if self.tool_call_parser is not None:
+            from minisgl_core.text.tool_parsers import parser_names as tool_parser_names
+
+            if self.tool_call_parser not in tool_parser_names():
+                return (f'tool_call_parser must be one of {", ".join(tool_parser_names())}, got '
+                        f'"{self.tool_call_parser}";'
+                        f"{suggest(self.tool_call_parser, tool_parser_names())}")
         problem = parallel.tp_problem(self) or parallel.dp_problem(self)
         if problem:
             return problem

@@ -36,7 +36,8 @@ def make_tokenizer(context: RoleContext) -> Tokenizer:
     from minisgl_core.text.tokenize import TokenizerRole
 
     return TokenizerRole(context.spec.model_dir, context.spec.max_context,
-                         reasoning_parser=getattr(context.spec.config, "reasoning_parser", None))
+                         reasoning_parser=getattr(context.spec.config, "reasoning_parser", None),
+                         tool_call_parser=getattr(context.spec.config, "tool_call_parser", None))
 
 
 def make_detokenizer(context: RoleContext) -> Detokenizer:

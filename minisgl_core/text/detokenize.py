@@ -28,11 +28,13 @@ MAX_TOMBSTONES = 65536
 class _Request:
     """One live request: where its text goes and how far it has been turned into text."""
 
-    __slots__ = ("owner", "detok", "stop", "reasoning", "unsent_ids", "unsent_logprobs")
+    __slots__ = ("owner", "detok", "stop", "reasoning", "unsent_ids", "unsent_logprobs",
+                 "tool_parser")
 
     def __init__(self, owner: str, detok: IncrementalDetokenizer, stop: StopCutter | None,
-                 reasoning: ReasoningSplitter | None = None):
+                 reasoning: ReasoningSplitter | None = None, tool_parser: str | None = None):
         self.owner = owner
+        self.tool_parser = tool_parser  # named on every delta, for the frontend's parser
         self.detok = detok
         self.stop = stop
         self.reasoning = reasoning  # splits a chat answer's text under --reasoning-parser
@@ -118,7 +120,7 @@ class DetokenizerRole:
         splitter = None if info.reasoning_parser is None else ReasoningSplitter(
             syntax_of(info.reasoning_parser), info.reasoning_open)
         state = _Request(info.owner, detok, StopCutter(info.stop) if info.stop else None,
-                         splitter)
+                         splitter, info.tool_parser)
         self._states[rid] = state
         return state
 
@@ -143,7 +145,8 @@ class DetokenizerRole:
         state.unsent_ids.clear()
         state.unsent_logprobs.clear()
         return TextDelta(request_id=delta.request_id, text=text, token_ids=ids, logprobs=logprobs,
-                         prompt_logprobs=prompt, reasoning=reasoning)
+                         prompt_logprobs=prompt, reasoning=reasoning,
+                         tool_parser=state.tool_parser)
 
     def _prompt_logprobs(self, p: PromptLogprobs | None) -> TextPromptLogprobs | None:
         """The prompt decoded once, and each of its tokens (and alternatives) decoded alone."""
@@ -205,7 +208,8 @@ class DetokenizerRole:
                          logprobs=tuple(logprobs),
                          prompt_logprobs=prompt if error is None else None,
                          reasoning=reasoning,
-                         stop_string=None if state.stop is None else state.stop.matched)
+                         stop_string=None if state.stop is None else state.stop.matched,
+                         tool_parser=state.tool_parser)
 
     def _fail(self, rid: str, state: _Request, delta: TokenDelta, exc: Exception) -> TextDelta:
         """End a request the detokenizer cannot handle: one terminal error delta, state gone."""

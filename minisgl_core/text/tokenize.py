@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from minisgl_core.rejection import RequestRejected
-from minisgl_core.text import reasoning
+from minisgl_core.text import reasoning, tool_parsers
 from minisgl_core.text.chat_tools import conversation
 from minisgl_core.wire.schema import (
     DetokenizeCall,
@@ -46,7 +46,8 @@ class TokenizerRole:
     """
 
     def __init__(self, model_dir: str | Path, max_context: int, vocab_size: int | None = None,
-                 *, tokenizer: Any = None, reasoning_parser: str | None = None) -> None:
+                 *, tokenizer: Any = None, reasoning_parser: str | None = None,
+                 tool_call_parser: str | None = None) -> None:
         from minisgl_core.text.hf import eos_token_ids, load_tokenizer
 
         if max_context < 2:
@@ -57,6 +58,9 @@ class TokenizerRole:
         self.vocab_size = int(vocab_size) if vocab_size is not None else len(self.tokenizer)
         self.eos_token_ids: frozenset[int] = eos_token_ids(self.tokenizer, model_dir)
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        # the format of a chat answer's tool calls: --tool-call-parser, else the template's
+        self.tool_parser = tool_call_parser or tool_parsers.detect(
+            getattr(self.tokenizer, "chat_template", None))
         # chat answers are split into reasoning and content (--reasoning-parser)
         self.reasoning = None if reasoning_parser is None else reasoning.syntax_of(
             reasoning_parser)
@@ -82,6 +86,10 @@ class TokenizerRole:
         info = DetokenizeInfo(owner=req.owner, prompt_tail_ids=tail, stop=req.sampling.stop,
                               skip_special_tokens=req.sampling.skip_special_tokens)
         sampling = req.sampling
+        if req.tools is not None and chat_text is not None:
+            info = msgspec.structs.replace(info, tool_parser=self.tool_parser)
+            if self.tool_parser in tool_parsers.KEEP_SPECIAL_TOKENS:  # its call marker
+                info = msgspec.structs.replace(info, skip_special_tokens=False)
         if self.reasoning is not None and chat_text is not None:  # chat answers only
             state = reasoning.prompt_state(chat_text, self.reasoning)
             info = msgspec.structs.replace(

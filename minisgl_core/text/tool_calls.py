@@ -62,9 +62,10 @@ class ToolRequest:
         return msgspec.structs.replace(
             sampling, structured=StructuredOutput("json_schema", json.dumps(schema)))
 
-    def parser(self) -> ToolCallParser:
-        """A fresh parser for one answer to this request."""
-        return ToolCallParser(self.mode, self.functions, self.named)
+    def parser(self, family: str | None = None) -> ToolCallParser:
+        """A fresh parser for one answer to this request; ``family`` is the model's tool-call
+        format (``tool_parsers``; None: the one its first delta names, else hermes)."""
+        return ToolCallParser(self.mode, self.functions, self.named, family)
 
 
 def tool_request(tools: Any, tool_choice: Any = None,

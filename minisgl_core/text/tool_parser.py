@@ -1,7 +1,8 @@
 """Tool calls out of generated text, incrementally: content, call starts and argument fragments.
 
-``auto`` text is free: ``<tool_call>{"name", "arguments"}</tool_call>`` blocks (Hermes / Qwen) are
-calls when their JSON names a known function, anything else is content. ``required`` text is a
+``auto`` text is free: the model family's format (``tool_parsers``: Hermes / Qwen
+``<tool_call>`` blocks by default, Llama 3 JSON, Mistral ``[TOOL_CALLS]``, Qwen3-Coder XML) is
+parsed for calls of known functions, anything else is content. ``required`` text is a
 grammar-made JSON array of ``{"name", "arguments"}`` objects and ``named`` text is the arguments
 object itself, so both stream argument fragments as they are generated. ``collect`` folds the
 events into the content and the whole calls, for a frontend that answers with them at the end.
@@ -11,42 +12,24 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 
+from minisgl_core.text.tool_parsers import FamilyParser, family_parser
+from minisgl_core.text.tool_parsers.events import (
+    Arguments,
+    CallStart,
+    Content,
+    Event,
+    call_id,
+    partial_suffix,
+)
+from minisgl_core.text.tool_parsers.tagged import CLOSE, OPEN
 from minisgl_core.wire.schema import ToolCall
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
+__all__ = ["CLOSE", "OPEN", "Arguments", "CallStart", "Content", "Event", "ToolCallParser",
+           "collect", "partial_suffix"]
 # the head of one call object; the grammar writes the name first
 _HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
-
-
-@dataclass(frozen=True)
-class Content:
-    """Plain assistant text."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CallStart:
-    """A new tool call: its index in the answer, id and function name."""
-
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class Arguments:
-    """More of call ``index``'s arguments (JSON text)."""
-
-    index: int
-    fragment: str
-
-
-Event = Content | CallStart | Arguments
 
 
 def collect(events: Iterable[Event]) -> tuple[str, list[ToolCall]]:
@@ -66,22 +49,18 @@ def collect(events: Iterable[Event]) -> tuple[str, list[ToolCall]]:
                               for s, a in zip(starts, arguments, strict=True)]
 
 
-def _call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
 class ToolCallParser:
     """Feed it a choice's text as it comes; it says what is content and what is a call."""
 
-    def __init__(self, mode: str, functions: Collection[str], named: str | None = None) -> None:
+    def __init__(self, mode: str, functions: Collection[str], named: str | None = None,
+                 family: str | None = None) -> None:
         self.mode = mode
         self.functions = functions
         self.named = named
-        self.calls = 0
+        self.family = family  # auto: the model family's format (None: hermes)
+        self._calls = 0
         self._buf = ""
-        self._in_call = False
-        self._held = ""  # auto: whitespace kept back (dropped if nothing but calls follow)
-        self._after_call = False
+        self._free: FamilyParser | None = None  # auto: made at the first feed
         # required: the scan of the JSON array so far
         self._pos = 0
         self._depth = 0
@@ -90,18 +69,31 @@ class ToolCallParser:
         self._elems: list[list[int]] = []  # [start, end (-1 while open)]
         self._sent: list[int] = []  # argument chars sent per call, -1: head not sent yet
 
-    def feed(self, text: str) -> list[Event]:
-        """Events for ``text``, the next piece of the output."""
+    @property
+    def calls(self) -> int:
+        """How many calls the output made so far."""
+        return self._free.calls if self._free is not None else self._calls
+
+    def feed(self, text: str, family: str | None = None) -> list[Event]:
+        """Events for ``text``, the next piece of the output; ``family`` (the engine names it
+        on each delta of a chat with tools) picks the format of ``auto`` output."""
         if self.mode == "named":
             return self._named(text)
-        self._buf += text
-        return self._required() if self.mode == "required" else self._auto(final=False)
+        if self.mode == "required":
+            self._buf += text
+            return self._required()
+        return self._auto(family).feed(text)
 
     def finish(self) -> list[Event]:
         """Events for whatever is still held back, at the end of the output."""
         if self.mode == "auto":
-            return self._auto(final=True)
+            return self._auto(None).finish()
         return []
+
+    def _auto(self, family: str | None) -> FamilyParser:
+        if self._free is None:
+            self._free = family_parser(family or self.family, self.functions)
+        return self._free
 
     def finish_reason(self, reason: str) -> str:
         """``tool_calls`` for an output that ended by itself (``stop``) after making calls."""
@@ -111,10 +103,10 @@ class ToolCallParser:
 
     def _named(self, text: str) -> list[Event]:
         out: list[Event] = []
-        if self.calls == 0:
+        if self._calls == 0:
             assert self.named is not None
-            out.append(CallStart(0, _call_id(), self.named))
-            self.calls = 1
+            out.append(CallStart(0, call_id(), self.named))
+            self._calls = 1
         if text:
             out.append(Arguments(0, text))
         return out
@@ -153,8 +145,8 @@ class ToolCallParser:
             if head is None:
                 continue
             if self._sent[k] == -1:
-                out.append(CallStart(self.calls, _call_id(), json.loads(f'"{head.group(1)}"')))
-                self.calls += 1
+                out.append(CallStart(self._calls, call_id(), json.loads(f'"{head.group(1)}"')))
+                self._calls += 1
                 self._sent[k] = 0
             stop = len(text) - 1 if end >= 0 else len(text)  # the call's own "}" is not sent
             fragment = text[head.end() + self._sent[k]:stop]
@@ -164,67 +156,3 @@ class ToolCallParser:
             if end >= 0:
                 self._sent[k] = -2
         return out
-
-    # ---- auto: <tool_call> blocks in free text -------------------------------------------
-
-    def _auto(self, *, final: bool) -> list[Event]:
-        out: list[Event] = []
-        while True:
-            if not self._in_call:
-                at = self._buf.find(OPEN)
-                if at >= 0:
-                    self._content(self._buf[:at], out)
-                    self._buf, self._in_call = self._buf[at + len(OPEN):], True
-                    continue
-                keep = 0 if final else _partial(self._buf, OPEN)
-                self._content(self._buf[:len(self._buf) - keep], out)
-                self._buf = self._buf[len(self._buf) - keep:]
-                break
-            at = self._buf.find(CLOSE)
-            if at < 0 and not final:
-                break
-            body = self._buf if at < 0 else self._buf[:at]
-            self._buf = "" if at < 0 else self._buf[at + len(CLOSE):]
-            self._in_call = False
-            if not self._call(body, out):
-                self._content(OPEN + body + ("" if at < 0 else CLOSE), out)
-            if at < 0:
-                break
-        if final and self._held and not self.calls:
-            out.append(Content(self._held))
-            self._held = ""
-        return out
-
-    def _content(self, text: str, out: list[Event]) -> None:
-        text = self._held + text
-        body = text.rstrip()
-        self._held = text[len(body):]  # trailing whitespace waits: a call may come next
-        if self._after_call:
-            body = body.lstrip()
-        if body:
-            out.append(Content(body))
-            self._after_call = False
-
-    def _call(self, body: str, out: list[Event]) -> bool:
-        try:
-            call = json.loads(body.strip())
-        except ValueError:
-            return False
-        if not isinstance(call, dict) or call.get("name") not in self.functions:
-            return False
-        args = call.get("arguments", call.get("parameters", {}))
-        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        out.append(CallStart(self.calls, _call_id(), call["name"]))
-        out.append(Arguments(self.calls, text))
-        self.calls += 1
-        self._held = ""  # whitespace between blocks is not content
-        self._after_call = True
-        return True
-
-
-def _partial(text: str, tag: str) -> int:
-    """Length of the longest suffix of ``text`` that begins ``tag`` (held back, it may be it)."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0

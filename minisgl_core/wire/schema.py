@@ -105,6 +105,7 @@ class DetokenizeInfo(msgspec.Struct, frozen=True):
     skip_special_tokens: bool = True
     reasoning_parser: str | None = None  # split the text into reasoning and content (chat)
     reasoning_open: bool = False  # the output starts inside a reasoning block
+    tool_parser: str | None = None  # a chat with tools: the model family's tool-call format
 
 
 class TokenizedRequest(msgspec.Struct, frozen=True, tag="tokenized"):
@@ -181,6 +182,7 @@ class TextDelta(msgspec.Struct, frozen=True):
     prompt_logprobs: TextPromptLogprobs | None = None  # on the first delta, when asked
     reasoning: str = ""  # new reasoning text (a ``<think>`` block), under a reasoning parser
     stop_string: str | None = None  # on the final delta: the stop string that ended the text
+    tool_parser: str | None = None  # a chat with tools: the format its calls are written in
 
 
 class TextBatch(msgspec.Struct, frozen=True, tag="text_batch"):

@@ -99,7 +99,8 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
                     finished = True
                     await self._finish(rid, delta, answer, context)
                     return
-                text = delta.text if answer is None else answer.content(delta.text, last=False)
+                text = delta.text if answer is None else answer.content(
+                    delta.text, last=False, family=delta.tool_parser)
                 if text or delta.reasoning or delta.token_ids or delta.prompt_logprobs:
                     await context.write(pb2.GenerateResponse(
                         request_id=rid, text=text, token_ids=delta.token_ids,
@@ -130,7 +131,7 @@ class GeneratorServicer(pb2_grpc.GeneratorServicer):  # type: ignore[misc,name-d
         text, reason = delta.text, str(delta.finish_reason)
         calls: list[Any] = []
         if answer is not None:
-            text = answer.content(delta.text, last=True)
+            text = answer.content(delta.text, last=True, family=delta.tool_parser)
             reason = answer.finish_reason(reason)
             calls = [pb2.ToolCall(id=c.id, name=c.name, arguments=c.arguments)
                      for c in answer.calls()]

@@ -16,9 +16,10 @@ class ToolAnswer:
         self._parser = tools.parser()
         self._call_events: list[Event] = []
 
-    def content(self, text: str, *, last: bool) -> str:
-        """The plain content in the next piece of text (``last``: and all that was held back)."""
-        events = self._parser.feed(text) if text else []
+    def content(self, text: str, *, last: bool, family: str | None = None) -> str:
+        """The plain content in the next piece of text (``last``: and all that was held back);
+        ``family``: the format of the model's tool calls, as the engine names it."""
+        events = self._parser.feed(text, family) if text else []
         if last:
             events += self._parser.finish()
         self._call_events += [e for e in events if not isinstance(e, Content)]

@@ -63,10 +63,10 @@ class MessageFormat:
         self._index = -1  # its index among the message's blocks
         self._prompt_tokens = 0
 
-    def _events_of_text(self, text: str, final: bool) -> list[Event]:
+    def _events_of_text(self, text: str, final: bool, family: str | None) -> list[Event]:
         if self._parser is None:
             return [Content(text)] if text else []
-        events = self._parser.feed(text) if text else []
+        events = self._parser.feed(text, family) if text else []
         return events + self._parser.finish() if final else events
 
     def envelope(self, content: list[dict[str, Any]], reason: str | None,
@@ -79,12 +79,12 @@ class MessageFormat:
     # ---- whole -------------------------------------------------------------------------------
 
     def full(self, reasoning: str, text: str, finish_reason: str, stop_string: str | None,
-             usage: dict[str, int]) -> dict[str, Any]:
-        """The non-streaming answer."""
+             usage: dict[str, int], family: str | None = None) -> dict[str, Any]:
+        """The non-streaming answer; ``family``: the format of its tool calls."""
         content: list[dict[str, Any]] = []
         if reasoning and self.show_thinking:
             content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
-        text, calls = collect_tool_calls(self._events_of_text(text, final=True))
+        text, calls = collect_tool_calls(self._events_of_text(text, True, family))
         if text:
             content.append({"type": "text", "text": text})
         content += [{"type": "tool_use", "id": tool_use_id(c.id), "name": c.name,
@@ -106,7 +106,8 @@ class MessageFormat:
         if delta.reasoning and self.show_thinking:
             out += self._block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
             out.append(self._delta({"type": "thinking_delta", "thinking": delta.reasoning}))
-        for event in self._events_of_text(delta.text, final=delta.finish_reason is not None):
+        for event in self._events_of_text(delta.text, delta.finish_reason is not None,
+                                          delta.tool_parser):
             if isinstance(event, Content):
                 out += self._block("text", {"type": "text", "text": ""})
                 out.append(self._delta({"type": "text_delta", "text": event.text}))

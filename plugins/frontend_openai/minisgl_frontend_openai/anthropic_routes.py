@@ -23,7 +23,6 @@ from minisgl_core.api import (
     GenerateRequest,
     RequestRejected,
     SamplingParams,
-    TextDelta,
 )
 from minisgl_frontend_openai.anthropic_errors import anthropic_envelope, anthropic_status
 from minisgl_frontend_openai.anthropic_format import MessageFormat, StreamEvent
@@ -114,7 +113,7 @@ async def _answer(ctx: AppContext, request: Request, engine_request: GenerateReq
             raise name_grammar_error(exc, grammar_param) from None
         if stream:
             return SSEResponse(_stream_body(gen, fmt), on_close=close)
-        final = await race_disconnect(request.receive, _last_delta(gen))
+        await race_disconnect(request.receive, gen.collect())
     except ClientDisconnected:
         await close()
         return Response(status_code=CLIENT_CLOSED_REQUEST)
@@ -125,21 +124,13 @@ async def _answer(ctx: AppContext, request: Request, engine_request: GenerateReq
     choice = gen.choices[0]
     return JSONResponse(fmt.full(
         "".join(choice.reasoning), "".join(choice.text), choice.finish_reason or "stop",
-        final.stop_string, _usage(choice.prompt_tokens, choice.completion_tokens,
-                                  choice.cached_tokens)))
+        choice.stop_string, _usage(choice.prompt_tokens, choice.completion_tokens,
+                                   choice.cached_tokens), choice.tool_parser))
 
 
 def _usage(prompt_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, int]:
     return {"input_tokens": prompt_tokens, "output_tokens": output_tokens,
             "cache_read_input_tokens": cached_tokens, "cache_creation_input_tokens": 0}
-
-
-async def _last_delta(gen: Generation) -> TextDelta:
-    last: TextDelta | None = None
-    async for _, delta in gen.events():
-        last = delta
-    assert last is not None  # events() ends only after the finishing delta
-    return last
 
 
 async def _stream_body(gen: Generation, fmt: MessageFormat) -> AsyncIterator[bytes]:

@@ -44,6 +44,8 @@ class ChoiceState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    tool_parser: str | None = None  # a chat with tools: the format the engine names
+    stop_string: str | None = None  # the stop string that ended the text, if one did
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,8 @@ class Generation:
             state.text.append(delta.text)
             if delta.reasoning:
                 state.reasoning.append(delta.reasoning)
+            if delta.tool_parser is not None:
+                state.tool_parser = delta.tool_parser
             state.token_ids.extend(delta.token_ids)
             state.logprobs.extend(delta.logprobs)
             if delta.prompt_logprobs is not None:
@@ -117,6 +121,7 @@ class Generation:
                 state.prompt_tokens = delta.prompt_tokens
                 state.completion_tokens = delta.completion_tokens
                 state.cached_tokens = delta.cached_tokens
+                state.stop_string = delta.stop_string
                 self._unfinished -= 1
             yield index, delta
 

@@ -41,7 +41,7 @@ class ToolChatFormat(ChatFormat):
     def delta_chunks(self, index: int, delta: TextDelta) -> list[dict[str, Any]]:
         out, delta = self.reasoning_chunks(index, delta)  # calls are parsed from the content
         parser = self._parser(index)
-        events = parser.feed(delta.text) if delta.text else []
+        events = parser.feed(delta.text, delta.tool_parser) if delta.text else []
         if delta.finish_reason is not None:
             events += parser.finish()
         ids, logprobs = self._pending.setdefault(index, ([], []))
@@ -64,7 +64,7 @@ class ToolChatFormat(ChatFormat):
         return out
 
     def _full_choice(self, index: int, choice: ChoiceState) -> dict[str, Any]:
-        parser = self.tools.parser()
+        parser = self.tools.parser(choice.tool_parser)
         content, calls = collect_tool_calls(parser.feed("".join(choice.text)) + parser.finish())
         message = with_reasoning({"role": "assistant", "content": content or None}, choice)
         if calls:
