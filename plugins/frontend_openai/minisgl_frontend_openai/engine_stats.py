@@ -116,6 +116,9 @@ def current(engine: Mapping[str, float], frontend: FrontendMetrics) -> dict[str,
         "generation_tokens_total": cur.generation_tokens,
         "prompt_tokens_total": cur.prompt_tokens,
         "prefix_cache_hit_tokens_total": cur.cache_hit_tokens,
+        # of those, loaded from the prefix cache's disk tier (0 without one)
+        "prefix_cache_disk_hit_tokens_total": _num(
+            engine.get("prefix_cache_disk_hit_tokens_total")),
         "requests_finished_total": float(sum(finished.values())),
         "requests_aborted_total": float(finished.get("abort", 0)),
         "requests_inflight": float(frontend.inflight),

@@ -44,7 +44,10 @@
       ? fmt(last.kv_used, 0) + " / " + fmt(last.kv_total, 0) : "-";
     const hits = current.prompt_tokens_total > 0
       ? current.prefix_cache_hit_tokens_total / current.prompt_tokens_total : null;
-    $("stat-hit").textContent = hits === null ? "-" : Math.round(hits * 100) + "%";
+    // the share of them the disk tier supplied, when it supplied any
+    const disk = current.prefix_cache_disk_hit_tokens_total || 0;
+    $("stat-hit").textContent = hits === null ? "-" : Math.round(hits * 100) + "%" + (disk > 0
+      ? " (disk " + Math.round(disk / current.prompt_tokens_total * 100) + "%)" : "");
     $("stat-ttft").textContent = current.ttft_mean_s === null ? "-"
       : Math.round(current.ttft_mean_s * 1000) + " ms";
     // speculation: accepted share of the drafted tokens ("-" while nothing was drafted)
