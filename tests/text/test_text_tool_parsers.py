@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
+from minisgl_core.config.launch import ConfigError, LaunchConfig
 from minisgl_core.testing.tiny import make_tiny_model
 from minisgl_core.text.hf import load_tokenizer
+from minisgl_core.text.tokenize import TokenizerRole
 from minisgl_core.text.tool_parser import Content, ToolCallParser, collect
 from minisgl_core.text.tool_parsers import detect, parser_names
+from minisgl_core.wire.schema import ChatMessage, GenerateRequest, SamplingParams
 
 END = "<|end|>"  # every template ends the assistant's turn with it
 TEMPLATES = {
@@ -147,3 +150,30 @@ def test_calls_stream_before_the_answer_ends() -> None:
         events = [e for ch in text for e in parser.feed(ch)]
         assert collect(events)[1][0].name == "add", family
         assert not [e for e in parser.finish() if not isinstance(e, Content)]
+
+
+def test_the_tokenizer_names_the_family_on_chats_with_tools(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The template's family, or --tool-call-parser's; Mistral's marker is a special token, so
+    its answers keep special tokens; a request without tools names none."""
+    model = make_tiny_model(tmp_path_factory.mktemp("mistral") / "tiny", "llama",
+                            chat_template=TEMPLATES["mistral"])
+    tools = json.dumps([{"type": "function", "function": {"name": "add", "parameters": {}}}])
+
+    def info(role: TokenizerRole, with_tools: bool) -> Any:
+        tokenized = role.tokenize(GenerateRequest(
+            request_id="r", owner="o", sampling=SamplingParams(max_tokens=4),
+            messages=(ChatMessage("user", "hi"),), tools=tools if with_tools else None))
+        assert tokenized.error is None
+        return tokenized.detokenize
+
+    detected = TokenizerRole(model, 8192)
+    assert (info(detected, True).tool_parser, info(detected, True).skip_special_tokens) == (
+        "mistral", False)
+    assert (info(detected, False).tool_parser, info(detected, False).skip_special_tokens) == (
+        None, True)
+    named = TokenizerRole(model, 8192, tool_call_parser="llama3_json")
+    assert (info(named, True).tool_parser, info(named, True).skip_special_tokens) == (
+        "llama3_json", True)
+    with pytest.raises(ConfigError, match="tool_call_parser must be one of"):
+        LaunchConfig(tool_call_parser="llama4")
