@@ -38,7 +38,7 @@ class OutputItems:
         if self._parser is None:
             parsed: list[Any] = [Content(delta.text)] if delta.text else []
         else:
-            parsed = self._parser.feed(delta.text) if delta.text else []
+            parsed = self._parser.feed(delta.text, delta.tool_parser) if delta.text else []
             if delta.finish_reason is not None:
                 parsed += self._parser.finish()
         for event in parsed:
