@@ -5,6 +5,7 @@ after a restart), disconnects and refusals in OpenAI's error shape."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ import httpx
 import msgspec
 import openai
 import pytest
+from minisgl_frontend_openai.response_store import ResponseStore
 
 from minisgl_core.api import ChatMessage, GenerateRequest, TextDelta, ToolCall
 
@@ -312,3 +314,21 @@ def test_an_engine_error_mid_stream_is_an_error_event(served: Any) -> None:
     with pytest.raises(openai.APIError, match="scripted failure"), \
             sdk(served).responses.stream(model="scripted-model", input="[error-after=2]") as s:
         list(s)
+
+
+def test_the_store_is_lazy_bounded_and_lasting(tmp_path: Path) -> None:
+    store = ResponseStore(tmp_path / "store", max_responses=3, max_age_s=100)
+    assert not (tmp_path / "store").exists()  # nothing is created until a response is stored
+    now = time.time()
+    for i in range(5):
+        store.put({"id": f"resp_{i}", "created_at": now - 10 + i}, [{"id": f"m{i}"}], [])
+    assert [store.get(f"resp_{i}") is not None for i in range(5)] == [False, False, True, True,
+                                                                      True]
+    store.put({"id": "resp_old", "created_at": now - 1000}, [], [])
+    assert store.get("resp_old") is None  # past the age limit: dropped at once
+    assert store.delete("resp_4") and not store.delete("resp_4")
+    store.close()
+    reopened = ResponseStore(tmp_path / "store", max_responses=3, max_age_s=100)
+    found = reopened.get("resp_3")
+    assert found is not None and found.input_items == [{"id": "m3"}]
+    assert ResponseStore(tmp_path / "store", max_age_s=1).get("resp_3") is None  # expired

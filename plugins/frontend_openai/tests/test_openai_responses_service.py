@@ -112,3 +112,35 @@ def test_a_disconnect_mid_stream_frees_the_pages(service: RunningService) -> Non
                          and m["minisgl_requests_running"] == 0
                          and m["minisgl_frontend_requests_inflight"] == 0,
                          what="the stream aborted and every page free")
+
+
+@pytest.fixture(scope="module")
+def model_service(tmp_path_factory: pytest.TempPathFactory, cache: Path
+                  ) -> Iterator[RunningService]:
+    """The tiny random Llama on the real engine (its prefix cache), one torch thread."""
+    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama", "llama")
+    svc = launch_service(str(model), log_dir=tmp_path_factory.mktemp("logs"),
+                         env={"MINISGL_CACHE_DIR": str(cache)},
+                         args=["--dtype", "float32", "--max-seq-len-override", "512",
+                               "--num-pages", "128", "--page-size", "16",
+                               "-s", "num_threads=1"])
+    try:
+        yield svc
+    finally:
+        svc.stop()
+        assert not svc.leftover_workers()
+
+
+def test_a_chain_reuses_the_prefix_cache(model_service: RunningService) -> None:
+    client = sdk(model_service)
+    model = model_service.model_name()
+    first = client.responses.create(model=model, max_output_tokens=4,
+                                    input="Tell me about the old town of Lyon. " * 8)
+    second = client.responses.create(model=model, max_output_tokens=4, input="And Paris?",
+                                     previous_response_id=first.id)
+    assert first.usage is not None and second.usage is not None
+    # the second prompt starts with the first: every full page of it is served from the cache
+    page = 16
+    assert second.usage.input_tokens > first.usage.input_tokens
+    assert second.usage.input_tokens_details.cached_tokens >= \
+        first.usage.input_tokens // page * page - page
