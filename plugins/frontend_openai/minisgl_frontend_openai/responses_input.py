@@ -4,6 +4,7 @@ request builds: the same ChatMessages, tools, grammar and SamplingParams."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,7 +13,13 @@ from typing import Annotated, Any
 import msgspec
 from pydantic import Field
 
-from minisgl_core.api import ChatMessage, SamplingParams, StructuredOutput, ToolRequest
+from minisgl_core.api import (
+    ChatMessage,
+    RequestRejected,
+    SamplingParams,
+    StructuredOutput,
+    ToolRequest,
+)
 from minisgl_frontend_openai.body import Strict
 from minisgl_frontend_openai.errors import bad_request
 from minisgl_frontend_openai.messages import CalledFunction, HistoryToolCall, Message, chat_messages
@@ -243,7 +250,12 @@ def engine_plan(req: ResponsesRequest, history: Sequence[Item]) -> EnginePlan:
     if structured is not None:
         sampling = msgspec.structs.replace(sampling, structured=structured)
         grammar_param = "text.format"
-    tools, sampling = prepare_tools(chat_tools(req), sampling)
+    try:
+        tools, sampling = prepare_tools(chat_tools(req), sampling)
+    except RequestRejected as exc:  # named in chat's shape: tools.N.function.name -> tools.N.name
+        if exc.param is not None:
+            exc.param = re.sub(r"^(tools\.\d+\.)function\.", r"\1", exc.param)
+        raise
     if tools is not None and tools.mode in ("required", "named"):
         grammar_param = "tool_choice"
     effort = (req.reasoning or {}).get("effort")

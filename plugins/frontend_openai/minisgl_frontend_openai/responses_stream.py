@@ -49,6 +49,8 @@ class OutputItems:
             elif isinstance(event, Arguments):
                 events += self._append("function_call", event.fragment)
         if delta.finish_reason is not None:
+            if not self.items:  # an empty answer is still one (empty) message
+                events += self._open_text("message")
             events += self.close("incomplete" if delta.finish_reason == "length" else "completed")
         return events
 
@@ -89,6 +91,17 @@ class OutputItems:
         return self._start({"id": new_id("fc"), "type": "function_call", "call_id": call.id,
                             "name": call.name, "arguments": "", "status": "in_progress"})
 
+    def _open_text(self, kind: str) -> list[Event]:
+        """Start a ``message`` or ``reasoning`` item with its one, empty, text part."""
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []} \
+            if kind == "message" else {"type": "reasoning_text", "text": ""}
+        item = {"id": new_id("msg" if kind == "message" else "rs"), "type": kind,
+                "status": "in_progress", "content": [part],
+                **({"role": "assistant"} if kind == "message" else {"summary": []})}
+        return [*self._start(item), {
+            "type": "response.content_part.added", "item_id": item["id"],
+            "output_index": len(self.items) - 1, "content_index": 0, "part": copy.deepcopy(part)}]
+
     def _append(self, kind: str, text: str) -> list[Event]:
         if not text:
             return []
@@ -96,15 +109,7 @@ class OutputItems:
         if self._open is None or self._open["type"] != kind:
             if kind == "function_call":  # arguments without a call: the parser never does it
                 return []
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []} \
-                if kind == "message" else {"type": "reasoning_text", "text": ""}
-            item = {"id": new_id("msg" if kind == "message" else "rs"), "type": kind,
-                    "status": "in_progress", "content": [part],
-                    **({"role": "assistant"} if kind == "message" else {"summary": []})}
-            events = self._start(item)
-            events.append({"type": "response.content_part.added", "item_id": item["id"],
-                           "output_index": len(self.items) - 1, "content_index": 0,
-                           "part": copy.deepcopy(part)})
+            events = self._open_text(kind)
         item = self._open
         assert item is not None
         where = {"item_id": item["id"], "output_index": len(self.items) - 1}

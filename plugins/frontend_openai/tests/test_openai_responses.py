@@ -30,7 +30,8 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "today's we
 class ResponsesScript:
     """The scripted engine, plus: a request under a grammar writes ``ARGUMENTS`` (what a named
     call or a JSON schema would let through; ``REQUIRED`` for tool_choice required),
-    ``[think]`` reasons first, ``[long]`` generates 200 tokens (ignore_eos)."""
+    ``[think]`` reasons first, ``[long]`` generates 200 tokens (ignore_eos), ``[empty]`` ends at
+    once."""
 
     def __init__(self, base: Any) -> None:
         self.base = base
@@ -54,6 +55,9 @@ class ResponsesScript:
                 yield TextDelta(request_id=request.request_id, text=piece, reasoning=reasoning,
                                 token_ids=(i,), completion_tokens=i + 1, prompt_tokens=7,
                                 finish_reason="stop" if i == len(pieces) - 1 else None)
+            return
+        if "[empty]" in last:
+            yield TextDelta(request_id=request.request_id, prompt_tokens=3, finish_reason="stop")
             return
         if "[long]" in last:
             request = msgspec.structs.replace(request, sampling=msgspec.structs.replace(
@@ -278,6 +282,8 @@ def test_disconnect_mid_stream_aborts(served: Any, kit: SimpleNamespace) -> None
      "unsupported_parameter"),
     ({"input": "x", "model": "other"}, 404, "model", "model_not_found"),
     ({"input": "w " * 300}, 400, "input", "context_length_exceeded"),
+    ({"input": "x", "tools": [{"type": "function", "name": "bad name"}]}, 400, "tools.0.name",
+     None),
 ])
 def test_bad_requests_get_the_openai_error_shape(served: Any, body: dict[str, Any], status: int,
                                                  param: str, code: str | None) -> None:
@@ -332,3 +338,16 @@ def test_the_store_is_lazy_bounded_and_lasting(tmp_path: Path) -> None:
     found = reopened.get("resp_3")
     assert found is not None and found.input_items == [{"id": "m3"}]
     assert ResponseStore(tmp_path / "store", max_age_s=1).get("resp_3") is None  # expired
+
+
+def test_an_empty_answer_is_an_empty_message(served: Any) -> None:
+    client = sdk(served)
+    out = client.responses.create(model="scripted-model", input="[empty]")
+    assert [o.type for o in out.output] == ["message"] and out.output_text == ""
+    with client.responses.stream(model="scripted-model", input="[empty] streamed") as stream:
+        kinds = [e.type for e in stream]
+        assert stream.get_final_response().output_text == ""
+    assert kinds == ["response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", "response.output_text.done",
+                     "response.content_part.done", "response.output_item.done",
+                     "response.completed"]
