@@ -195,12 +195,14 @@ class RadixCache:
         room = self.allocator.num_free + self.num_evictable - 1
         loaded: list[int] = []
         digest = node.digest
-        for i in range(start * p, len(tokens) - p + 1, p):
+        ends = range(start * p + p, len(tokens) + 1, p)  # end of each further full page
+        for j, end in enumerate(ends):
             if len(loaded) >= room:
                 break
-            digest = self.disk.key(digest, tokens[i:i + p])
-            if self.allocator.num_free == 0:
-                self.evict(1)  # never our match: its path is locked
+            digest = self.disk.key(digest, tokens[end - p:end])
+            if self.allocator.num_free == 0:  # never our match: its path is locked
+                # all the pages this prompt may still load at once (one eviction pass each time)
+                self.evict(min(len(ends) - j, room - len(loaded)))
             page = self.allocator.alloc(1)
             if not self.disk.load(digest, page[0]):
                 self.allocator.free(page)

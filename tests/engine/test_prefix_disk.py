@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from minisgl_core.engine import prefix_disk
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.prefix_files import HEADER_SIZE, SUFFIX, PageFiles, PageShape
 from minisgl_core.wire.schema import SamplingParams
@@ -137,6 +138,7 @@ def first_file_bytes(directory: Path, damaged: Path) -> bytes:
 _WRITER = """
 import sys
 from minisgl_core.engine.config import EngineConfig
+from minisgl_core.engine import prefix_disk
 from minisgl_core.engine.engine import Engine
 from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.wire.schema import SamplingParams
@@ -209,3 +211,39 @@ def test_an_engine_keeps_its_dir_under_the_budget(
     engine.close()
     assert len(_page_files(tmp_path)) <= budget_pages
     assert disk.files.used_bytes <= disk.files.budget_bytes
+
+
+def test_a_full_queue_drops_writes_and_eviction_saves_them_later(
+        make_engine: Callable[..., Engine], reference: list[int], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = make_engine(ARCH, prefix_cache_dir=str(tmp_path))
+    monkeypatch.setattr(prefix_disk, "MAX_PENDING_BYTES", 0)  # every save finds the queue full
+    assert _generate(engine, PROMPT, "dropped")[0] == reference
+    engine.prefix_disk.flush()
+    assert _tiers(engine)["prefix_cache_disk_dropped_pages_total"] >= FULL_PAGES
+    assert not _page_files(tmp_path)
+    monkeypatch.undo()
+    cache = engine.batcher.cache
+    assert cache is not None and cache.evict(cache.num_pages) >= FULL_PAGES
+    engine.close()  # the evicted pages were copied out and are written now
+    assert len(_page_files(tmp_path)) >= FULL_PAGES
+    again = make_engine(ARCH, prefix_cache_dir=str(tmp_path))
+    assert _generate(again, PROMPT, "again") == (reference, FULL_PAGES * PAGE)
+    again.close()
+
+
+def test_bfloat16_pages_come_back_bit_for_bit(make_engine: Callable[..., Engine],
+                                             tmp_path: Path) -> None:
+    first = make_engine(ARCH, dtype="bfloat16", prefix_cache_dir=str(tmp_path))
+    tokens, _ = _generate(first, PROMPT, "bf16")
+    first.close()
+    again = make_engine(ARCH, dtype="bfloat16", prefix_cache_dir=str(tmp_path))
+    assert _generate(again, PROMPT, "bf16-again") == (tokens, FULL_PAGES * PAGE)
+    old, new = _slots(first, _prompt_pages(first)), _slots(again, _prompt_pages(again))
+    assert first.kv.k[:, old].equal(again.kv.k[:, new])
+    assert first.kv.v[:, old].equal(again.kv.v[:, new])
+    # another dtype is another fingerprint: a float32 engine finds none of these pages
+    other = make_engine(ARCH, prefix_cache_dir=str(tmp_path))
+    assert _generate(other, PROMPT, "fp32")[1] == 0
+    other.close()
+    again.close()
