@@ -1,7 +1,9 @@
 """/v1/responses end to end: `minisgl launch` with the synthetic scheduler (it echoes the prompt)
 and a template that writes the last message alone, so what a turn's input says is what the
 model answers, through the real tokenizer, reasoning parser, tool parser, grammar and detokenizer;
-stored responses under the cache directory; a disconnect that gives the pages back."""
+tool calls in a family's own format (Qwen3-Coder's here), stored responses under the cache
+directory; a disconnect that gives the pages back; a chain served from the real engine's prefix
+cache."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ ECHO_TEMPLATE = "{{ messages[-1]['content'] }}<|im_end|>"
 WEATHER = {"type": "function", "name": "get_weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                           "required": ["city"]}}
-CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+# the service is told its model writes Qwen3-Coder's XML calls (--tool-call-parser)
+CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>")
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +40,7 @@ def service(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Iterator[R
     svc = launch_service(str(model), log_dir=tmp_path_factory.mktemp("logs"),
                          env={"MINISGL_CACHE_DIR": str(cache)},
                          args=["--scheduler", "synthetic", "--reasoning-parser", "qwen3",
+                               "--tool-call-parser", "qwen3_coder",
                                "--max-seq-len-override", "512",
                                "-s", "roles.scheduler.synthetic.tokens_per_s=200"])
     try:
@@ -85,6 +90,15 @@ def test_a_tool_call_its_result_and_the_store(service: RunningService, cache: Pa
     assert result.status == "completed"
     assert (cache / "responses" / "responses.sqlite3").is_file()
     assert client.responses.retrieve(call.id).output[0].type == "function_call"
+    with client.responses.stream(model=service.model_name(), input=f"Let me see. {CALL}",
+                                 tools=[WEATHER]) as stream:  # type: ignore[list-item]
+        events = list(stream)
+        final = stream.get_final_response()
+    assert [o.type for o in final.output] == ["message", "function_call"]
+    assert final.output_text == "Let me see."
+    arguments = "".join(e.delta for e in events
+                        if e.type == "response.function_call_arguments.delta")
+    assert json.loads(arguments) == {"city": "Paris"}
 
 
 def test_json_schema_output_validates(service: RunningService) -> None:
