@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -83,9 +84,13 @@ async def create_response(request: Request) -> Response:
     answer = ResponseEvents(skeleton(req, response_id, model, int(now)), plan.tools)
 
     async def keep(final: dict[str, Any]) -> None:
-        if req.store is not False:  # the chain so far: the next turn's prompt starts with it
+        if req.store is False:
+            return
+        try:  # the chain so far: the next turn's prompt starts with it
             await asyncio.to_thread(store.put, final, items, [*earlier, *items,
                                                                *final["output"]])
+        except (sqlite3.Error, OSError) as exc:  # the answer stands; only its chain is lost
+            log.warning("could not store response %s in %s: %s", final["id"], store.path, exc)
 
     if not ctx.client.healthy():
         raise unavailable()

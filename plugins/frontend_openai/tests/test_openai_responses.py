@@ -351,3 +351,17 @@ def test_an_empty_answer_is_an_empty_message(served: Any) -> None:
                      "response.content_part.added", "response.output_text.done",
                      "response.content_part.done", "response.output_item.done",
                      "response.completed"]
+
+
+def test_an_unwritable_store_still_answers(kit: SimpleNamespace, tmp_path: Path,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    running = kit.RunningServer(ResponsesScript(kit.ScriptedEngineClient()),
+                                options={"responses_store_dir": str(blocked)})
+    try:
+        out = sdk(running).responses.create(model="scripted-model", input="still here")
+        assert out.output_text == NATURAL
+        assert kit.wait_for(lambda: "could not store response" in caplog.text)
+    finally:
+        running.stop()

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from openai import OpenAI
+from pydantic import BaseModel
 
 from minisgl_core.testing.service import RunningService, launch_service
 from minisgl_core.testing.tiny import make_tiny_model
@@ -108,6 +109,13 @@ def test_json_schema_output_validates(service: RunningService) -> None:
         model=service.model_name(), input='{"city": "Lyon"}',
         text={"format": {"type": "json_schema", "name": "city", "schema": schema}})
     assert json.loads(out.output_text) == {"city": "Lyon"}
+
+    class City(BaseModel):
+        city: str
+
+    parsed = sdk(service).responses.parse(model=service.model_name(), text_format=City,
+                                          input='{"city": "Nice"}')
+    assert parsed.output_parsed == City(city="Nice")
 
 
 def test_a_disconnect_mid_stream_frees_the_pages(service: RunningService) -> None:
