@@ -9,10 +9,10 @@ when it is full the pages are not saved (counted as dropped) instead of stalling
 
 from __future__ import annotations
 
-import atexit
 import logging
 import queue
 import threading
+import weakref
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,82 +38,44 @@ RESCAN_EVERY = 256  # writes between scans of the DIR (other services write to i
 CLOSE_WAIT_S = 10.0  # at exit, how long the writer may take to finish its queue
 
 
-class DiskTier:
-    """One engine's view of a prefix-cache DIR: page keys, the writer thread, tier counters."""
+class PageWriter:
+    """The writer thread and its queue, bounded in bytes; it holds page copies, never the pool,
+    so an engine dropped without ``close`` is still freed (its finalizer stops the thread)."""
 
-    def __init__(self, files: PageFiles, kv: KVPool) -> None:
+    def __init__(self, files: PageFiles) -> None:
         self.files = files
-        self.shape = s = files.shape
-        self.dtype: torch.dtype = kv.k.dtype
-        # the pool as pages: [layers, num_pages + 1, page_size, kv_heads, head_dim]
-        paged = (s.layers, kv.num_pages + 1, s.page_size, s.kv_heads, s.head_dim)
-        self._k_pages = kv.k.view(paged)
-        self._v_pages = kv.v.view(paged)
-        self.root_key = files.fingerprint
-        self.hit_tokens = 0  # prompt tokens loaded from disk instead of computed
-        self.read_bytes = 0
         self.written_bytes = 0
-        self.dropped_pages = 0  # not saved: the writer's queue was full
+        self.dropped_pages = 0  # not saved: the queue was full
         self._pending_bytes = 0
         self._lock = threading.Lock()
         self._queue: queue.Queue[tuple[list[bytes], torch.Tensor] | None] = queue.Queue()
         self._writes_since_scan = 0
-        self._writer = threading.Thread(target=self._run, name="prefix-disk-writer", daemon=True)
-        self._writer.start()
-        atexit.register(self.close)
+        self._thread = threading.Thread(target=self._run, name="prefix-disk-writer", daemon=True)
+        self._thread.start()
 
-    @property
-    def used_bytes(self) -> int:
-        """Bytes of page files in the DIR (all models), as of the last scan plus our writes."""
-        return self.files.used_bytes
-
-    def key(self, parent: bytes, tokens: Sequence[int]) -> bytes:
-        """The key of the page holding ``tokens`` after the page keyed ``parent``."""
-        return chain_key(parent, array("i", tokens).tobytes())
-
-    def save(self, keys: list[bytes], pages: list[int]) -> bool:
-        """Queue pool ``pages`` to be written under ``keys``; False (dropped) when the queue is
-        full."""
-        if not keys:
-            return True
-        size = len(keys) * self.shape.payload_bytes
+    def reserve(self, num_pages: int) -> bool:
+        """Room in the queue for ``num_pages`` pages (taken), or False (counted as dropped)."""
+        size = num_pages * self.files.shape.payload_bytes
         with self._lock:
             if self._pending_bytes + size > MAX_PENDING_BYTES:
-                self.dropped_pages += len(keys)
+                self.dropped_pages += num_pages
                 return False
             self._pending_bytes += size
-        index = torch.tensor(pages, dtype=torch.long, device=self._k_pages.device)
-        # [2, layers, n, page_size, kv_heads, head_dim]: a copy, the pool pages may be reused
-        data = torch.stack([self._k_pages.index_select(1, index),
-                            self._v_pages.index_select(1, index)]).cpu()
-        self._queue.put((keys, data))
         return True
 
-    def load(self, key: bytes, page: int) -> bool:
-        """Fill pool ``page`` from the file of ``key``; False when absent or failing a check."""
-        buf = self.files.read(key)
-        if buf is None:
-            return False
-        s = self.shape
-        data = torch.frombuffer(buf, dtype=self.dtype, offset=HEADER_SIZE).view(
-            2, s.layers, s.page_size, s.kv_heads, s.head_dim)
-        self._k_pages[:, page] = data[0]
-        self._v_pages[:, page] = data[1]
-        self.hit_tokens += s.page_size
-        self.read_bytes += len(buf)
-        return True
+    def put(self, keys: list[bytes], data: torch.Tensor) -> None:
+        """Queue pages ``data`` ``[2, layers, n, page_size, kv_heads, head_dim]`` (reserved)."""
+        self._queue.put((keys, data))
 
     def flush(self) -> None:
         """Wait until every queued page is written (or failed)."""
         self._queue.join()
 
-    def close(self) -> None:
-        """Write what is queued and stop the writer (idempotent)."""
-        if not self._writer.is_alive():
-            return
-        self._queue.put(None)
-        self._writer.join(CLOSE_WAIT_S)
-        atexit.unregister(self.close)
+    def stop(self) -> None:
+        """Write what is queued and end the thread (idempotent)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(CLOSE_WAIT_S)
 
     def _run(self) -> None:
         while True:
@@ -139,7 +101,81 @@ class DiskTier:
             log.warning("prefix cache: writing to %s failed: %s", self.files.root, exc)
         finally:
             with self._lock:
-                self._pending_bytes -= len(keys) * self.shape.payload_bytes
+                self._pending_bytes -= len(keys) * self.files.shape.payload_bytes
+
+
+class DiskTier:
+    """One engine's view of a prefix-cache DIR: page keys, loads, saves, tier counters."""
+
+    def __init__(self, files: PageFiles, kv: KVPool) -> None:
+        self.files = files
+        self.shape = s = files.shape
+        self.dtype: torch.dtype = kv.k.dtype
+        # the pool as pages: [layers, num_pages + 1, page_size, kv_heads, head_dim]
+        paged = (s.layers, kv.num_pages + 1, s.page_size, s.kv_heads, s.head_dim)
+        self._k_pages = kv.k.view(paged)
+        self._v_pages = kv.v.view(paged)
+        self.root_key = files.fingerprint
+        self.hit_tokens = 0  # prompt tokens loaded from disk instead of computed
+        self.read_bytes = 0
+        self.writer = PageWriter(files)
+        # at exit, or when the engine is dropped unclosed: what is queued is written
+        self._finalizer = weakref.finalize(self, self.writer.stop)
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of page files in the DIR (all models), as of the last scan plus our writes."""
+        return self.files.used_bytes
+
+    @property
+    def written_bytes(self) -> int:
+        """Bytes this process wrote to the DIR."""
+        return self.writer.written_bytes
+
+    @property
+    def dropped_pages(self) -> int:
+        """Pages not saved because the writer's queue was full."""
+        return self.writer.dropped_pages
+
+    def key(self, parent: bytes, tokens: Sequence[int]) -> bytes:
+        """The key of the page holding ``tokens`` after the page keyed ``parent``."""
+        return chain_key(parent, array("i", tokens).tobytes())
+
+    def save(self, keys: list[bytes], pages: list[int]) -> bool:
+        """Queue pool ``pages`` to be written under ``keys``; False (dropped) when the queue is
+        full."""
+        if not keys:
+            return True
+        if not self.writer.reserve(len(keys)):
+            return False
+        index = torch.tensor(pages, dtype=torch.long, device=self._k_pages.device)
+        # [2, layers, n, page_size, kv_heads, head_dim]: a copy, the pool pages may be reused
+        data = torch.stack([self._k_pages.index_select(1, index),
+                            self._v_pages.index_select(1, index)]).cpu()
+        self.writer.put(keys, data)
+        return True
+
+    def load(self, key: bytes, page: int) -> bool:
+        """Fill pool ``page`` from the file of ``key``; False when absent or failing a check."""
+        buf = self.files.read(key)
+        if buf is None:
+            return False
+        s = self.shape
+        data = torch.frombuffer(buf, dtype=self.dtype, offset=HEADER_SIZE).view(
+            2, s.layers, s.page_size, s.kv_heads, s.head_dim)
+        self._k_pages[:, page] = data[0]
+        self._v_pages[:, page] = data[1]
+        self.hit_tokens += s.page_size
+        self.read_bytes += len(buf)
+        return True
+
+    def flush(self) -> None:
+        """Wait until every queued page is written (or failed)."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Write what is queued and stop the writer (idempotent)."""
+        self._finalizer()
 
 
 def open_disk_tier(directory: str, budget_gb: float, model_dir: Path, kv: KVPool,
