@@ -120,13 +120,13 @@ class MessageFormat:
         return out
 
     def finish(self, finish_reason: str, stop_string: str | None, prompt_tokens: int,
-               output_tokens: int) -> list[StreamEvent]:
-        """The closing events, after the final delta was fed."""
+               output_tokens: int, cached_tokens: int = 0) -> list[StreamEvent]:
+        """The closing events, after the final delta was fed (its counts are the totals)."""
         out = self._close()
         made_calls = self._parser is not None and self._parser.calls > 0
         reason = stop_reason(finish_reason, made_calls, stop_string)
         usage = {"input_tokens": prompt_tokens or self._prompt_tokens,
-                 "output_tokens": output_tokens}
+                 "output_tokens": output_tokens, "cache_read_input_tokens": cached_tokens}
         out.append(("message_delta", {"type": "message_delta", "delta": {
             "stop_reason": reason, "stop_sequence": stop_string}, "usage": usage}))
         out.append(("message_stop", {"type": "message_stop"}))

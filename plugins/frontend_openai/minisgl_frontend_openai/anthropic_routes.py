@@ -140,7 +140,8 @@ async def _stream_body(gen: Generation, fmt: MessageFormat) -> AsyncIterator[byt
             events = fmt.feed(delta)
             if delta.finish_reason is not None:
                 events += fmt.finish(delta.finish_reason, delta.stop_string,
-                                     delta.prompt_tokens, delta.completion_tokens)
+                                     delta.prompt_tokens, delta.completion_tokens,
+                                     delta.cached_tokens)
             for name, data in events:
                 yield event_frame(name, data)
     except APIError as err:

@@ -67,6 +67,8 @@ def test_thinking_comes_as_thinking_blocks(service: RunningService) -> None:
     assert deltas.index("text_delta") > deltas.index("thinking_delta")
     assert [b.type for b in final.content] == ["thinking", "text"]
     assert final.content[0].thinking == "a plan"  # type: ignore[union-attr]
+    assert final.usage.input_tokens == message.usage.input_tokens > 0
+    assert final.usage.output_tokens == message.usage.output_tokens
 
 
 def test_a_stop_sequence_ends_the_answer(service: RunningService) -> None:
@@ -127,6 +129,19 @@ def test_a_forced_call_then_its_result(service: RunningService) -> None:
     # the echo is the last turn: the tool's result, as the prompt gave it to the model
     assert follow.stop_reason == "end_turn"
     assert "sunny, 21 C" in follow.content[0].text  # type: ignore[union-attr]
+
+
+def test_any_tool_is_a_grammar_made_call(service: RunningService) -> None:
+    answer = '[{"name": "get_weather", "arguments": {"city": "Rome"}}]'
+    ask = turn(service, answer, tools=[WEATHER],
+               tool_choice={"type": "any", "disable_parallel_tool_use": True})
+    message = sdk(service).messages.create(**ask)
+    assert message.stop_reason == "tool_use"
+    assert [(b.type, getattr(b, "input", None)) for b in message.content] == [
+        ("tool_use", {"city": "Rome"})]
+    with sdk(service).messages.stream(**ask) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].input == {"city": "Rome"}  # type: ignore[union-attr]
 
 
 def test_count_tokens_is_the_prompts_length(service: RunningService) -> None:
