@@ -17,6 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from minisgl_core.api import (
     EngineUnavailable,
@@ -66,6 +67,8 @@ def _anthropic_errors(handler: Callable[[Request], Awaitable[Response]]
             return _error_response(rejected(exc))
         except EngineUnavailable:
             return _error_response(unavailable())
+        except ClientDisconnect:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody is there to read it
         except Exception as exc:  # noqa: BLE001 - any crash is still an Anthropic-shaped 500
             log.exception("unhandled error in /v1/messages")
             return _error_response(APIError(500, f"internal error: {type(exc).__name__}",

@@ -11,6 +11,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from minisgl_core.api import EngineUnavailable, RequestRejected
+from minisgl_frontend_openai.anthropic_errors import (
+    anthropic_envelope,
+    anthropic_status,
+    is_messages_path,
+)
 from minisgl_frontend_openai.context import CLIENT_CLOSED_REQUEST, unavailable
 from minisgl_frontend_openai.errors import APIError, bad_request, rejected
 
@@ -43,6 +48,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
                        code="method_not_allowed")
     else:
         err = APIError(exc.status_code, str(exc.detail))
+    if is_messages_path(request.url.path):  # Anthropic's clients read Anthropic's envelope
+        return JSONResponse(anthropic_envelope(err), status_code=anthropic_status(err),
+                            headers=exc.headers)
     return JSONResponse(err.envelope(), status_code=err.status, headers=exc.headers)
 
 

@@ -158,3 +158,13 @@ def test_disconnect_aborts(server: Any, engine: Any, kit: Any) -> None:
     rid = engine.requests_with(marker)[0].request_id
     assert kit.wait_for(lambda: rid in engine.aborted and rid not in engine.active)
     assert kit.wait_for(lambda: not server.frontend.app.state.live)
+
+
+def test_unknown_routes_and_methods_answer_in_anthropics_shape(server: Any) -> None:
+    missing = httpx.post(server.base + "/v1/messages/batches", json={}, timeout=10)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "not_found_error"
+    wrong = httpx.get(server.base + "/v1/messages", timeout=10)
+    assert wrong.status_code == 405 and wrong.json()["type"] == "error"
+    elsewhere = httpx.post(server.base + "/v1/nothing", json={}, timeout=10)
+    assert elsewhere.status_code == 404 and "type" not in elsewhere.json()  # OpenAI's there
