@@ -101,6 +101,12 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
+def _id(item: Item, prefix: str) -> str:
+    """The item's own id (a client may send items back with theirs), else a new one."""
+    given = item.get("id")
+    return given if isinstance(given, str) and given else new_id(prefix)
+
+
 def _item(item: Any, i: int) -> Item:
     where = f"input.{i}"
     if not isinstance(item, dict):
@@ -112,9 +118,9 @@ def _item(item: Any, i: int) -> Item:
             raise bad_request(f"'{where}.role' must be one of {', '.join(ROLES)}",
                               param=f"{where}.role")
         return _message(role, _content(item.get("content"), f"{where}.content", role),
-                        item.get("id"))
+                        _id(item, "msg"))
     if kind == "function_call":
-        return {"id": item.get("id") or new_id("fc"), "type": "function_call",
+        return {"id": _id(item, "fc"), "type": "function_call",
                 "call_id": _text(item.get("call_id"), f"{where}.call_id"),
                 "name": _text(item.get("name"), f"{where}.name"),
                 "arguments": _text(item.get("arguments", "{}"), f"{where}.arguments"),
@@ -123,11 +129,11 @@ def _item(item: Any, i: int) -> Item:
         output = item.get("output")
         if isinstance(output, list):
             output = "\n".join(p["text"] for p in _content(output, f"{where}.output", "tool"))
-        return {"id": item.get("id") or new_id("fco"), "type": "function_call_output",
+        return {"id": _id(item, "fco"), "type": "function_call_output",
                 "call_id": _text(item.get("call_id"), f"{where}.call_id"),
                 "output": _text(output, f"{where}.output"), "status": "completed"}
     if kind == "reasoning":  # an earlier turn's thinking: kept in the chain, not in the prompt
-        return {**item, "id": item.get("id") or new_id("rs")}
+        return {**item, "id": _id(item, "rs")}
     shown = str(kind)[:40]
     raise bad_request(f"input item type '{shown}' is not supported (use message, function_call, "
                       "function_call_output or reasoning)", param=f"{where}.type",

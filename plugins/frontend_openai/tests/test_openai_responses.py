@@ -212,12 +212,16 @@ def test_reasoning_becomes_a_reasoning_item(served: Any) -> None:
 def test_input_items_and_delete(served: Any) -> None:
     client = sdk(served)
     out = client.responses.create(model="scripted-model", input=[
-        {"role": "user", "content": "first"},
+        {"role": "user", "content": "first", "id": "msg_mine"},
         {"role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
         {"role": "user", "content": "second"}])
     items = client.responses.input_items.list(out.id, order="asc")
     assert [(i.type, i.role) for i in items.data] == [  # type: ignore[union-attr]
         ("message", "user"), ("message", "assistant"), ("message", "user")]
+    ids = [i.id for i in items.data]
+    assert ids[0] == "msg_mine" and len(set(ids)) == 3  # a client's own item id is kept
+    later = client.responses.input_items.list(out.id, order="asc", after=ids[0])
+    assert [i.id for i in later.data] == ids[1:] and not later.has_more
     newest = client.responses.input_items.list(out.id, limit=1)
     assert newest.data[0].content[0].text == "second"  # type: ignore[union-attr]
     assert newest.has_more
