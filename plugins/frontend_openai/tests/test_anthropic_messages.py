@@ -168,3 +168,10 @@ def test_unknown_routes_and_methods_answer_in_anthropics_shape(server: Any) -> N
     assert wrong.status_code == 405 and wrong.json()["type"] == "error"
     elsewhere = httpx.post(server.base + "/v1/nothing", json={}, timeout=10)
     assert elsewhere.status_code == 404 and "type" not in elsewhere.json()  # OpenAI's there
+
+
+def test_an_oversized_body_is_request_too_large(server: Any, kit: Any) -> None:
+    body = ask("x" * (kit.max_body_bytes + 10))
+    r = httpx.post(server.base + "/v1/messages", json=body, timeout=10)
+    assert r.status_code == 413
+    assert r.json()["error"]["type"] == "request_too_large"
