@@ -175,3 +175,17 @@ def test_an_oversized_body_is_request_too_large(server: Any, kit: Any) -> None:
     r = httpx.post(server.base + "/v1/messages", json=body, timeout=10)
     assert r.status_code == 413
     assert r.json()["error"]["type"] == "request_too_large"
+
+
+def test_an_overloaded_engine_is_529_and_a_stopped_one_503(server: Any, engine_state: Any,
+                                                           kit: Any) -> None:
+    engine_state.reject = kit.overloaded("the waiting queue is full")
+    with pytest.raises(anthropic.OverloadedError) as caught:
+        client_of(server).messages.create(**ask("busy"))
+    assert caught.value.status_code == 529
+    assert caught.value.body["error"] == {  # type: ignore[index]
+        "type": "overloaded_error", "message": "the waiting queue is full"}
+    engine_state.reject = None
+    engine_state.is_healthy = False
+    r = httpx.post(server.base + "/v1/messages", json=ask("down"), timeout=10)
+    assert r.status_code == 503 and r.json()["error"]["type"] == "api_error"
