@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from minisgl_frontend_openai.responses_input import ResponsesRequest
 from minisgl_frontend_openai.schemas import ChatCompletionRequest, CompletionRequest
 from minisgl_frontend_openai.tokenize_routes import DetokenizeRequest, TokenizeRequest
 
@@ -26,6 +27,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     answers = {"200": {"description": "the answer"},
                "default": {"description": "an error in the OpenAI error envelope"}}
     model_param = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    stored = {**model_param, "name": "response_id"}
     paths = {
         "/v1/chat/completions": {"post": {"requestBody": body(ChatCompletionRequest),
                                           "responses": answers}},
@@ -33,6 +35,12 @@ def openapi_document(version: str) -> dict[str, Any]:
                                      "responses": answers}},
         "/tokenize": {"post": {"requestBody": body(TokenizeRequest), "responses": answers}},
         "/detokenize": {"post": {"requestBody": body(DetokenizeRequest), "responses": answers}},
+        "/v1/responses": {"post": {"requestBody": body(ResponsesRequest), "responses": answers}},
+        "/v1/responses/{response_id}": {"get": {"parameters": [stored], "responses": answers},
+                                        "delete": {"parameters": [stored],
+                                                   "responses": answers}},
+        "/v1/responses/{response_id}/input_items": {"get": {"parameters": [stored],
+                                                            "responses": answers}},
         "/v1/models": {"get": {"responses": answers}},
         "/v1/models/{model}": {"get": {"parameters": [model_param], "responses": answers}},
         "/health": {"get": {"responses": answers}},

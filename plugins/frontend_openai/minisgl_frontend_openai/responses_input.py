@@ -25,6 +25,7 @@ from minisgl_frontend_openai.errors import bad_request
 from minisgl_frontend_openai.messages import CalledFunction, HistoryToolCall, Message, chat_messages
 from minisgl_frontend_openai.tools import prepare_tools
 
+_FUNCTION_FIELD = re.compile(r"(tools\.\d+\.)function\.")
 Count = Annotated[int, Field(ge=1, le=2**31 - 1)]
 Item = dict[str, Any]
 TEXT_PARTS = ("input_text", "output_text")
@@ -180,6 +181,9 @@ def chat_history(instructions: str | None, items: Sequence[Item]) -> tuple[ChatM
         elif kind == "function_call_output":
             messages.append(Message(role="tool", content=item["output"],
                                     tool_call_id=item["call_id"]))
+    if not messages:
+        raise bad_request("'input' needs a message, a function call or a function call output",
+                          param="input")
     return chat_messages(messages)
 
 
@@ -200,11 +204,12 @@ def chat_tools(req: ResponsesRequest) -> dict[str, Any]:
         extra["tools"] = tools
     choice = req.tool_choice
     if isinstance(choice, dict):
-        if choice.get("type") != "function":
+        if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
             raise bad_request("'tool_choice' must be none, auto, required or {\"type\": "
                               "\"function\", \"name\": ...}", param="tool_choice",
-                              code="unsupported_parameter")
-        choice = {"type": "function", "function": {"name": choice.get("name")}}
+                              code=None if choice.get("type") == "function"
+                              else "unsupported_parameter")
+        choice = {"type": "function", "function": {"name": choice["name"]}}
     extra["tool_choice"] = choice
     return extra
 
@@ -256,11 +261,16 @@ def engine_plan(req: ResponsesRequest, history: Sequence[Item]) -> EnginePlan:
     if structured is not None:
         sampling = msgspec.structs.replace(sampling, structured=structured)
         grammar_param = "text.format"
+    forced = req.tool_choice == "required" or isinstance(req.tool_choice, dict)
+    if structured is not None and forced and req.tools:
+        raise bad_request("tool_choice 'required' or a named function cannot be combined with "
+                          "a json_object or json_schema 'text.format'", param="tool_choice")
     try:
         tools, sampling = prepare_tools(chat_tools(req), sampling)
     except RequestRejected as exc:  # named in chat's shape: tools.N.function.name -> tools.N.name
+        exc.message = _FUNCTION_FIELD.sub(r"\1", exc.message)
         if exc.param is not None:
-            exc.param = re.sub(r"^(tools\.\d+\.)function\.", r"\1", exc.param)
+            exc.param = _FUNCTION_FIELD.sub(r"\1", exc.param)
         raise
     if tools is not None and tools.mode in ("required", "named"):
         grammar_param = "tool_choice"

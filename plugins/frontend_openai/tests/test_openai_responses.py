@@ -288,6 +288,11 @@ def test_disconnect_mid_stream_aborts(served: Any, kit: SimpleNamespace) -> None
     ({"input": "w " * 300}, 400, "input", "context_length_exceeded"),
     ({"input": "x", "tools": [{"type": "function", "name": "bad name"}]}, 400, "tools.0.name",
      None),
+    ({"input": "x", "tools": [{"type": "function", "name": "f", "parameters": 3}]}, 400,
+     "tools.0.parameters", None),
+    ({"input": "x", "tools": [WEATHER], "tool_choice": "required",
+      "text": {"format": {"type": "json_object"}}}, 400, "tool_choice", None),
+    ({"input": [{"type": "reasoning", "summary": []}]}, 400, "input", None),
 ])
 def test_bad_requests_get_the_openai_error_shape(served: Any, body: dict[str, Any], status: int,
                                                  param: str, code: str | None) -> None:
