@@ -5,8 +5,9 @@ For each weight shape of the model (qkv, o, gate_up, down, LM head) and each row
 one weight layout (two copies of the weights would double their memory), the one whose best
 kernels lose least to the overall best across buckets, and uses its fastest kernel per bucket.
 Timing is bounded by ``budget_s``; the result is cached on disk under the cache directory, keyed
-by CPU model, torch version, threads, shapes and candidates, so a restart reuses it and the
-choice for a given cache file is always the same. ``MINISGL_LINEAR=<kernel>`` skips all of this.
+by CPU model and the features it may use (kernels.cpu_features), torch version, threads, shapes and
+candidates, so a restart reuses it and the choice for a given cache file is always the same.
+``MINISGL_LINEAR=<kernel>`` skips all of this.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +26,7 @@ import torch
 from minisgl_core.engine.linear import BUCKETS, Kernel, all_kernels, fp32_kernels
 from minisgl_core.engine.quant import int8_kernels, role_scheme
 from minisgl_core.engine.wo_quant import weight_only_kernels
+from minisgl_core.kernels import cpu_features
 
 log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
@@ -73,17 +74,6 @@ class Choice:
         return "; ".join(parts)
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def candidates(role: str, device: torch.device, dtype: torch.dtype,
                quantization: str | None) -> list[Kernel]:
     """The kernels that can run this role here, in tie-break order."""
@@ -126,7 +116,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
         pools[role] = [k for k in pools[role] if k.shares_weight] or pools[role]
     if all(len(pool) == 1 for pool in pools.values()):
         return Choice({r: (p[0],) * len(BUCKETS) for r, p in pools.items()}, "only candidate")
-    key = {"method": METHOD, "cpu": cpu_model(), "torch": torch.__version__,
+    key = {"method": METHOD, "cpu": cpu_features.cpu_model(),
+           "features": sorted(cpu_features.features()), "torch": torch.__version__,
            "threads": torch.get_num_threads(),
            "device": str(device), "dtype": str(dtype), "buckets": list(BUCKETS),
            "shapes": {r: list(s) for r, s in sorted(shapes.items())},

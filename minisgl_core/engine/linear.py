@@ -12,6 +12,7 @@ one kernel everywhere it applies. The int8 kernels live in quant.py, the weight-
 from __future__ import annotations
 
 import logging
+import platform
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from minisgl_core.engine import compiled_ops, native_ops
+from minisgl_core.kernels import cpu_features
 
 log = logging.getLogger(__name__)
 # Row counts measured at load, one per bucket: decode batches (1, 8, 32) and prefill chunks (128+)
@@ -123,8 +125,11 @@ class DenseHF(Kernel):
 
 
 def bf16_fast() -> bool:
-    """Whether oneDNN computes bf16 natively here (AVX512-BF16 or AMX): on an AVX2-only host its
-    bf16 matmul is emulated, hundreds of times slower than fp32, and never a candidate."""
+    """Whether oneDNN computes bf16 natively here (AVX512-BF16 or AMX, and not masked off by
+    MINISGL_CPU_FEATURES): on an AVX2-only host its bf16 matmul is emulated, hundreds of times
+    slower than fp32, and never a candidate."""
+    if platform.machine() in ("x86_64", "AMD64") and not cpu_features.has("avx512_bf16"):
+        return False
     try:
         return bool(torch.backends.mkldnn.is_available()
                     and torch.ops.mkldnn._is_mkldnn_bf16_supported())

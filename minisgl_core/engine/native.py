@@ -21,6 +21,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 SOURCES = tuple(Path(__file__).with_name("csrc") / n for n in ("wo_matmul.c", "wo_int4_bf16.c",
                                                                   "wo_amx.c", "paged_attention.c"))
+HEADERS = (Path(__file__).with_name("csrc") / "cpu_features.h",)  # in the build key, as sources
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
 # has already loaded (same soname): one thread pool, not two spinning against each other.
@@ -46,7 +47,8 @@ def target(cc: str) -> Path:
     """Where the library built from today's sources with ``cc`` and FLAGS lives."""
     from minisgl_core.store.paths import cache_dir
 
-    text = b"".join(s.read_bytes() for s in SOURCES) + " ".join((cc, *FLAGS, *LIBS)).encode()
+    text = (b"".join(s.read_bytes() for s in (*SOURCES, *HEADERS))
+            + " ".join((cc, *FLAGS, *LIBS)).encode())
     return cache_dir() / "native" / f"minisgl-{hashlib.sha256(text).hexdigest()[:16]}.so"
 
 
@@ -111,6 +113,9 @@ def library() -> ctypes.CDLL | None:
         try:
             import torch  # noqa: F401  (its libgomp first: ours then binds to it)
 
+            from minisgl_core.kernels.cpu_features import export_mask
+
+            export_mask()  # the library reads MINISGL_CPU_FEATURES itself
             lib = ctypes.CDLL(str(build()))
             _bind(lib)
             _lib = lib

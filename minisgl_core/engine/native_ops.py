@@ -54,7 +54,7 @@ def target(cc: str, cxx: str) -> Path:
     """Where the library built from today's sources, compilers and torch lives."""
     from minisgl_core.store.paths import cache_dir
 
-    parts = [s.read_bytes() for s in (*native.SOURCES, SOURCE)]
+    parts = [s.read_bytes() for s in (*native.SOURCES, *native.HEADERS, SOURCE)]
     parts.append(" ".join((cc, cxx, *native.FLAGS, *CXX_FLAGS, torch.__version__,
                            str(torch._C._GLIBCXX_USE_CXX11_ABI))).encode())
     key = hashlib.sha256(b"".join(parts)).hexdigest()[:16]
@@ -100,6 +100,9 @@ def available() -> bool:
             _failure = "turned off by MINISGL_NATIVE_OPS=0"
             return False
         try:
+            from minisgl_core.kernels.cpu_features import export_mask
+
+            export_mask()  # the operators' C kernels read MINISGL_CPU_FEATURES themselves
             torch.ops.load_library(str(build()))
             _register_fakes()
             _loaded = True

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from minisgl_core.engine.linear import Kernel
+from minisgl_core.kernels import cpu_features
 
 log = logging.getLogger(__name__)
 QUANTIZATIONS = ("int8", "int8-wo", "int4")
@@ -51,19 +52,14 @@ def role_scheme(role: str, quantization: str | None) -> str | None:
 
 def cpu_flags() -> set[str]:
     """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set(cpu_features.host_flags())
 
 
 def _has_vnni() -> bool:
-    """Whether the CPU has VNNI (int8 dot products summed in 32 bits, never saturating)."""
-    return bool(cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    """Whether the CPU has VNNI (int8 dot products summed in 32 bits, never saturating) and
+    MINISGL_CPU_FEATURES leaves it to the kernels."""
+    return cpu_features.has("avx512_vnni") or (
+        cpu_features.has("avx2") and bool(cpu_features.host_flags() & {"avx_vnni"}))
 
 
 # The fbgemm kernel's inputs: 8 bits on VNNI hosts; 7 bits elsewhere, because AVX2's pairwise

@@ -26,6 +26,8 @@
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
+
+#include "cpu_features.h"
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>
@@ -45,6 +47,7 @@ int wo_has_amx(void) {
         return has;
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return has;
+    if (!cpu_feature_allowed("amx")) return has;
     has = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     return has;
 }

@@ -29,10 +29,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "cpu_features.h"
+
 int wo_has_bf16(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
+           __builtin_cpu_supports("avx512vl") && cpu_feature_allowed("avx512_bf16");
 }
 
 static inline float bf16_to_float(uint16_t h) {

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "cpu_features.h"
+
 #define TILE 4
 #define GROUP 32
 /* How far ahead of the weight being read the next is asked for: the row's end and the rows after
@@ -332,9 +334,11 @@ int wo_best_isa(void) {
 #ifdef HAVE_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
+        __builtin_cpu_supports("avx512vl") && cpu_feature_allowed("avx512"))
         return 2;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        cpu_feature_allowed("avx2"))
+        return 1;
 #endif
     return 0;
 }
