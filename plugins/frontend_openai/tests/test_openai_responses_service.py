@@ -37,13 +37,13 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def service(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Iterator[RunningService]:
     model = make_tiny_model(tmp_path_factory.mktemp("echo") / "tiny-echo", "llama",
                             chat_template=ECHO_TEMPLATE)
-    # 200 tokens a second: a long answer lasts long enough to hang up in the middle of it
+    # 100 tokens a second: a long answer lasts long enough to hang up in the middle of it
     svc = launch_service(str(model), log_dir=tmp_path_factory.mktemp("logs"),
                          env={"MINISGL_CACHE_DIR": str(cache)},
                          args=["--scheduler", "synthetic", "--reasoning-parser", "qwen3",
                                "--tool-call-parser", "qwen3_coder",
                                "--max-seq-len-override", "512",
-                               "-s", "roles.scheduler.synthetic.tokens_per_s=200"])
+                               "-s", "roles.scheduler.synthetic.tokens_per_s=100"])
     try:
         yield svc
     finally:
@@ -125,7 +125,7 @@ def test_a_disconnect_mid_stream_frees_the_pages(service: RunningService) -> Non
     with httpx.stream("POST", f"{service.url}/v1/responses", json=body, timeout=60) as resp:
         assert resp.status_code == 200, resp.read()
         deltas = 0
-        for line in resp.iter_lines():  # hang up a few tokens in (the answer takes ~1 s)
+        for line in resp.iter_lines():  # hang up a few tokens in (the answer takes ~2 s)
             deltas += line == "event: response.output_text.delta"
             if deltas == 3:
                 break
