@@ -49,6 +49,10 @@ class ResponseStore:
     def __init__(self, directory: Path | None = None, *,
                  max_responses: int = DEFAULT_MAX_RESPONSES,
                  max_age_s: float = DEFAULT_MAX_AGE_S) -> None:
+        if max_responses < 1 or not max_age_s > 0:
+            raise ValueError("[frontends.openai] responses_store_max must be at least 1 and "
+                             f"responses_store_max_age_s above 0, got {max_responses} and "
+                             f"{max_age_s}")
         self.directory = directory
         self.max_responses = max_responses
         self.max_age_s = max_age_s

@@ -347,6 +347,8 @@ def test_the_store_is_lazy_bounded_and_lasting(tmp_path: Path) -> None:
     found = reopened.get("resp_3")
     assert found is not None and found.input_items == [{"id": "m3"}]
     assert ResponseStore(tmp_path / "store", max_age_s=1).get("resp_3") is None  # expired
+    with pytest.raises(ValueError, match="responses_store_max"):
+        ResponseStore(tmp_path, max_responses=0)
 
 
 def test_an_empty_answer_is_an_empty_message(served: Any) -> None:
