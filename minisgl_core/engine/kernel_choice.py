@@ -97,7 +97,7 @@ def candidates(role: str, device: torch.device, dtype: torch.dtype,
 def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
            quantization: str | None = None, *, shared: Collection[str] = (),
            cache: Path | None = None, budget_s: float = BUDGET_S, timer: Timer | None = None,
-           load: Callable[[], float] | None = None) -> Choice:
+           load: Callable[[], float] | None = None, remeasure: bool = False) -> Choice:
     """Each role's kernel per bucket: forced, cached, or measured now (and cached).
 
     ``shared``: roles whose weight another part of the model keeps too (a tied LM head is the
@@ -106,7 +106,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     quantized head is a copy of its own, a quarter or less of the table's bytes).
     A choice measured on a busy machine (``load()``, the load average per core, above
     ``BUSY_LOAD``) is cached too, but measured again at the first start on a quiet one: timings
-    taken beside other work can pick a kernel 1.8x slower at 32 rows.
+    taken beside other work can pick a kernel 1.8x slower at 32 rows. ``remeasure``: time again
+    even where a cached choice exists (a caller that found the cached timings implausible).
     """
     pools = {role: candidates(role, device, dtype, quantization) for role in shapes}
     forced = os.environ.get("MINISGL_LINEAR", "").strip().lower()
@@ -125,7 +126,7 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = (cache if cache is not None else _cache_root()) / f"linear-{digest}.json"
     now = (load or machine_load)()
-    cached = _read(path, pools, remeasure_if_busy=now <= BUSY_LOAD)
+    cached = None if remeasure else _read(path, pools, remeasure_if_busy=now <= BUSY_LOAD)
     if cached is not None:
         return Choice(cached, f"cached in {path}", _chosen_seconds(cached, _read_times(path)))
     start = time.perf_counter()
