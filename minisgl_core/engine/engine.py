@@ -138,8 +138,10 @@ class Engine:
         c, cache = self.config, self.batcher.cache
         if c.prefix_cache_dir is None or cache is None:
             return None
-        if self.tp is not None:  # the other ranks hold their own heads' pages: not loaded there
-            log.warning("prefix cache: the disk tier is off under tensor parallelism")
+        if self.tp is not None or self.device.type != "cpu":
+            # other ranks hold their own heads' pages (not loaded there); pages copied by numpy
+            log.warning("prefix cache: the disk tier is off under tensor parallelism and off "
+                        "the CPU")
             return None
         disk = open_disk_tier(c.prefix_cache_dir, c.prefix_cache_disk_gb, self.model_path,
                               self.kv, (c.dtype, c.quantization))

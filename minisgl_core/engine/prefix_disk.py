@@ -10,14 +10,16 @@ when it is full the pages are not saved (counted as dropped) instead of stalling
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import weakref
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from minisgl_core.engine.prefix_files import (
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_BYTES = 256 * 1024 * 1024  # page copies waiting for the writer (then saves drop)
 RESCAN_EVERY = 256  # writes between scans of the DIR (other services write to it too)
+READ_CHUNK = 32  # pages read, then copied into the pool by one op
 CLOSE_WAIT_S = 10.0  # at exit, how long the writer may take to finish its queue
 
 
@@ -48,7 +51,7 @@ class PageWriter:
         self.dropped_pages = 0  # not saved: the queue was full
         self._pending_bytes = 0
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[list[bytes], torch.Tensor] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[bytes], np.ndarray] | None] = queue.Queue()
         self._writes_since_scan = 0
         self._thread = threading.Thread(target=self._run, name="prefix-disk-writer", daemon=True)
         self._thread.start()
@@ -63,8 +66,8 @@ class PageWriter:
             self._pending_bytes += size
         return True
 
-    def put(self, keys: list[bytes], data: torch.Tensor) -> None:
-        """Queue pages ``data`` ``[2, layers, n, page_size, kv_heads, head_dim]`` (reserved)."""
+    def put(self, keys: list[bytes], data: np.ndarray) -> None:
+        """Queue pages ``data`` ``[2, layers, n, page bytes]`` (room reserved)."""
         self._queue.put((keys, data))
 
     def flush(self) -> None:
@@ -87,11 +90,11 @@ class PageWriter:
             finally:
                 self._queue.task_done()
 
-    def _write_all(self, keys: list[bytes], data: torch.Tensor) -> None:
+    def _write_all(self, keys: list[bytes], data: np.ndarray) -> None:
         try:
             for i, key in enumerate(keys):
-                payload = data[:, :, i].contiguous().view(torch.uint8).numpy()
-                self.written_bytes += self.files.write(key, memoryview(payload).cast("B"))
+                payload = memoryview(np.ascontiguousarray(data[:, :, i])).cast("B")
+                self.written_bytes += self.files.write(key, payload)
                 self._writes_since_scan += 1
             if (self.files.used_bytes > self.files.budget_bytes
                     or self._writes_since_scan >= RESCAN_EVERY):
@@ -110,11 +113,12 @@ class DiskTier:
     def __init__(self, files: PageFiles, kv: KVPool) -> None:
         self.files = files
         self.shape = s = files.shape
-        self.dtype: torch.dtype = kv.k.dtype
-        # the pool as pages: [layers, num_pages + 1, page_size, kv_heads, head_dim]
-        paged = (s.layers, kv.num_pages + 1, s.page_size, s.kv_heads, s.head_dim)
-        self._k_pages = kv.k.view(paged)
-        self._v_pages = kv.v.view(paged)
+        # the pool's bytes as pages, [layers, num_pages + 1, page_size * kv_heads * head_dim *
+        # itemsize]: numpy copies them on this thread alone (a parallel torch op per page costs
+        # more than its bytes when other processes hold the cores); the pool is on the CPU
+        row = s.page_size * s.kv_heads * s.head_dim * s.itemsize
+        self._k_host = kv.k.view(torch.uint8).numpy().reshape(s.layers, kv.num_pages + 1, row)
+        self._v_host = kv.v.view(torch.uint8).numpy().reshape(s.layers, kv.num_pages + 1, row)
         self.root_key = files.fingerprint
         self.hit_tokens = 0  # prompt tokens loaded from disk instead of computed
         self.read_bytes = 0
@@ -148,26 +152,60 @@ class DiskTier:
             return True
         if not self.writer.reserve(len(keys)):
             return False
-        index = torch.tensor(pages, dtype=torch.long, device=self._k_pages.device)
-        # [2, layers, n, page_size, kv_heads, head_dim]: a copy, the pool pages may be reused
-        data = torch.stack([self._k_pages.index_select(1, index),
-                            self._v_pages.index_select(1, index)]).cpu()
+        # [2, layers, n, page bytes]: a copy, the pool pages may be reused at the next step
+        data = np.empty((2, self._k_host.shape[0], len(pages), self._k_host.shape[2]), np.uint8)
+        np.take(self._k_host, pages, axis=1, out=data[0])
+        np.take(self._v_host, pages, axis=1, out=data[1])
         self.writer.put(keys, data)
         return True
 
-    def load(self, key: bytes, page: int) -> bool:
-        """Fill pool ``page`` from the file of ``key``; False when absent or failing a check."""
-        buf = self.files.read(key)
-        if buf is None:
-            return False
-        s = self.shape
-        data = torch.frombuffer(buf, dtype=self.dtype, offset=HEADER_SIZE).view(
-            2, s.layers, s.page_size, s.kv_heads, s.head_dim)
-        self._k_pages[:, page] = data[0]
-        self._v_pages[:, page] = data[1]
-        self.hit_tokens += s.page_size
-        self.read_bytes += len(buf)
-        return True
+    def keys(self, parent: bytes, pages_tokens: Sequence[Sequence[int]]) -> list[bytes]:
+        """The chained keys of consecutive pages holding ``pages_tokens``, after ``parent``."""
+        out = []
+        for tokens in pages_tokens:
+            parent = self.key(parent, tokens)
+            out.append(parent)
+        return out
+
+    def read_runs(self, keys: Sequence[bytes]) -> Iterator[list[bytearray]]:
+        """The files of ``keys`` in order, READ_CHUNK at a time, up to the first one absent or
+        failing its check. The OS is asked to read them all ahead first, so the device works
+        while this thread checks and copies."""
+        self._read_ahead(keys)
+        for c in range(0, len(keys), READ_CHUNK):
+            run: list[bytearray] = []
+            for key in keys[c:c + READ_CHUNK]:
+                buf = self.files.read(key)
+                if buf is None:
+                    break
+                run.append(buf)
+            if run:
+                self.read_bytes += sum(map(len, run))
+                yield run
+            if len(run) < len(keys[c:c + READ_CHUNK]):
+                return
+
+    def fill(self, pages: list[int], run: list[bytearray]) -> None:
+        """Copy page files ``run`` (from ``read_runs``) into pool ``pages``."""
+        layers, _, row = self._k_host.shape
+        for page, buf in zip(pages, run, strict=True):
+            data = np.frombuffer(buf, np.uint8, offset=HEADER_SIZE).reshape(2, layers, row)
+            self._k_host[:, page] = data[0]
+            self._v_host[:, page] = data[1]
+        self.hit_tokens += len(run) * self.shape.page_size
+
+    def _read_ahead(self, keys: Sequence[bytes]) -> None:
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for key in keys:
+            try:
+                fd = os.open(self.files.path(key), os.O_RDONLY)
+            except OSError:
+                return  # the first absent page ends the prefix
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
 
     def flush(self) -> None:
         """Wait until every queued page is written (or failed)."""

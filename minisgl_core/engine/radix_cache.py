@@ -193,21 +193,15 @@ class RadixCache:
         assert self.disk is not None
         p, start = self.page_size, len(pages)
         room = self.allocator.num_free + self.num_evictable - 1
+        wanted = [tokens[i:i + p] for i in range(start * p, len(tokens) - p + 1, p)][:max(room, 0)]
         loaded: list[int] = []
-        digest = node.digest
-        ends = range(start * p + p, len(tokens) + 1, p)  # end of each further full page
-        for j, end in enumerate(ends):
-            if len(loaded) >= room:
-                break
-            digest = self.disk.key(digest, tokens[end - p:end])
-            if self.allocator.num_free == 0:  # never our match: its path is locked
-                # all the pages this prompt may still load at once (one eviction pass each time)
-                self.evict(min(len(ends) - j, room - len(loaded)))
-            page = self.allocator.alloc(1)
-            if not self.disk.load(digest, page[0]):
-                self.allocator.free(page)
-                break
-            loaded.extend(page)
+        for found in self.disk.read_runs(self.disk.keys(node.digest, wanted)):
+            short = len(found) - self.allocator.num_free
+            if short > 0:  # never our match: its path is locked
+                self.evict(short)
+            new = self.allocator.alloc(len(found))
+            self.disk.fill(new, found)
+            loaded += new
         if not loaded:
             return node, pages
         deep, path, dups = self.insert(node, tokens[start * p:(start + len(loaded)) * p], loaded,
