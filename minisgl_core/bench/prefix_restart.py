@@ -6,9 +6,10 @@ distinct prompt goes to an engine whose ``prefix_cache_dir`` is an empty directo
 finishes), a new engine is built on the same directory and each prompt is sent once more: its
 pages come from disk. TTFT is the time from ``add_request`` to the end of the step that returns
 the first token; every run is greedy and its tokens must equal the cold run's. With
-``drop_caches`` the OS page cache is emptied before the disk runs (root only), so the files are
-read from the device rather than from memory; the host's sequential read rate of a file of the
-same directory is measured the same way, for comparison.
+``drop_caches`` the page files are evicted from the OS page cache before the disk runs
+(``posix_fadvise(DONTNEED)`` on each, after a sync), so they are read from the device rather than
+from memory; the host's sequential read rate of a file in the same directory is measured the same
+way, for comparison.
 """
 
 from __future__ import annotations
@@ -50,14 +51,19 @@ class RestartResult:
         return self.disk_read_bytes / max(self.disk_ms, 1e-9) / 1e6
 
 
-def drop_page_cache() -> bool:
-    """Write dirty pages out and empty the OS page cache; False where not allowed."""
-    os.sync()
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
-    except OSError:
+def drop_page_cache(paths: Sequence[Path]) -> bool:
+    """Write dirty pages out and evict the files ``paths`` from the OS page cache; False where
+    the OS cannot be asked to."""
+    if not hasattr(os, "posix_fadvise"):
         return False
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return True
 
 
 def sequential_read_gbps(directory: Path, size: int = PROBE_BYTES, drop: bool = False) -> float:
@@ -68,7 +74,7 @@ def sequential_read_gbps(directory: Path, size: int = PROBE_BYTES, drop: bool = 
         for _ in range(size // len(block)):
             f.write(block)
     if drop:
-        drop_page_cache()
+        drop_page_cache([path])
     buf = bytearray(8 << 20)
     start = time.perf_counter()
     with open(path, "rb", buffering=0) as f:
@@ -127,18 +133,19 @@ def run(model: str | None = None, *, lengths: Sequence[int] = LENGTHS, threads: 
     first = engine()
     context = first.max_seq_len - MAX_TOKENS - 1
     prompts = prompts_of(first.tokenizer, [min(n, context) for n in lengths])
-    _ttft(first, "warm", prompts[0][:32])  # first-call costs out of the way
+    warm = [int(t) for t in first.tokenizer.encode("Hello there, how are you today?")]
+    _ttft(first, "warm", warm)  # first-call costs out of the way (a page of no prompt)
     cold, ram = {}, {}
     for i, p in enumerate(prompts):
         cold[i] = _ttft(first, f"cold-{i}", p)
         ram[i] = _ttft(first, f"ram-{i}", p)
     first.close()
     del first
-    dropped = drop_page_cache() if drop_caches else False
-    say(f"model {Path(resolved.path).name} ({dtype}); pages in {cache_dir}; page cache "
-        f"{'dropped' if dropped else 'kept'} before the disk runs")
+    dropped = drop_page_cache(list(cache_dir.rglob("*.kvp"))) if drop_caches else False
+    say(f"model {Path(resolved.path).name} ({dtype}); pages in {cache_dir}; files "
+        f"{'evicted from' if dropped else 'left in'} the OS page cache before the disk runs")
     second = engine()
-    _ttft(second, "warm", prompts[0][-32:])
+    _ttft(second, "warm", warm)
     results = []
     for i, p in enumerate(prompts):
         disk = second.prefix_disk

@@ -174,7 +174,8 @@ def bench_prefix(
     directory: Annotated[str | None, typer.Option(
         help="--restart: where the page files go (default: a temporary directory).")] = None,
     drop_caches: Annotated[bool, typer.Option(
-        help="--restart: empty the OS page cache before the disk runs (root only).")] = False,
+        help="--restart: evict the page files from the OS page cache before the disk runs.")
+    ] = False,
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or auto.")] = "float32",
     threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
     json_: JsonOpt = False,
