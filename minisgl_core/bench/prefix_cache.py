@@ -118,7 +118,7 @@ def run_workload(engine: Any, prompts: Sequence[Sequence[int]], arrival: str,
 
 
 def _empty_cache(engine: Any) -> None:
-    cache = engine.scheduler.cache
+    cache = engine.batcher.cache
     if cache is not None:
         cache.evict(cache.num_pages)
 
