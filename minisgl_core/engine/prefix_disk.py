@@ -1,10 +1,11 @@
 """Disk tier of the prefix cache: full KV pages saved by a background writer, loaded on RAM misses.
 
 The radix cache (radix_cache.py) calls ``save`` when it takes in freshly computed full pages and
-when it evicts a page not saved yet, and ``load`` for the pages of a prefix it does not hold. A
-save copies the pages out of the pool at once (the pool page may be reused next step) and queues
-the copy; a writer thread turns it into files (prefix_files.py). The queue is bounded in bytes:
-when it is full the pages are not saved (counted as dropped) instead of stalling the step.
+when it evicts a page not saved yet, and ``read_runs`` / ``fill`` for the pages of a prefix it
+does not hold. A save copies the pages out of the pool at once (the pool page may be reused next
+step) and queues the copy; a writer thread turns it into files (prefix_files.py). The queue is
+bounded in bytes: when it is full the pages are not saved (counted as dropped) instead of
+stalling the step.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_BYTES = 256 * 1024 * 1024  # page copies waiting for the writer (then saves drop)
 RESCAN_EVERY = 256  # writes between scans of the DIR (other services write to it too)
-READ_CHUNK = 32  # pages read, then copied into the pool by one op
+READ_CHUNK = 32  # pages read (and pool pages taken for them) at a time
 CLOSE_WAIT_S = 10.0  # at exit, how long the writer may take to finish its queue
 
 
