@@ -51,6 +51,9 @@ def _run(engine: Engine) -> None:
 
 @pytest.mark.parametrize("kernel", [k.name for k in int8_kernels()])
 def test_int8_engine_equals_its_reference_math(tiny_models, monkeypatch, kernel: str) -> None:
+    if not next(k for k in int8_kernels() if k.name == kernel).available(
+            torch.device("cpu"), torch.float32):  # its self-check failed: never a candidate
+        pytest.skip(f"{kernel} does not run right on this host (or this MINISGL_CPU_FEATURES)")
     model = str(tiny_models["qwen2"])  # q/k/v biases: the bias path is covered too
     monkeypatch.setenv("MINISGL_LINEAR", kernel)
     cls = resolve(model).model_class
