@@ -3,11 +3,16 @@ that never finish their handshake.
 
 nng refuses a peer without telling the application: the only trace is a counter in its
 statistics (``auth``, ``proto``, ``reject``... of each listener and dialer). The guard reads them
-every ``TICK_S`` and logs what rose. nng 1.11 also never times out a TLS handshake (measured: a
-connection that sends nothing, or half a ClientHello, stays open for good, holding a descriptor),
-so every quarter of ``handshake_ms`` the guard lists this process's accepted tcp connections
-(Linux ``/proc``) and shuts down any that has not become a pipe within ``handshake_ms``. Where
-``/proc`` is missing only the counters are read.
+every ``TICK_S`` and logs what rose. nng counts a listener's failed handshake only while the
+listener has an accept pending; it re-arms that accept after each accepted pipe has run its pipe
+callbacks, so the transport registers none (pynng's would wait for the GIL there, and a peer
+refused meanwhile would go uncounted), and the guard lists pipes from the statistics instead.
+After a refusal nng itself pauses accepting for 100 ms: a second refusal within that pause is
+not counted (its connection is still closed). nng 1.11 also never times out a TLS handshake
+(measured: a connection that sends nothing, or half a ClientHello, stays open for good, holding a
+descriptor), so every quarter of ``handshake_ms`` the guard lists this process's accepted tcp
+connections (Linux ``/proc``) and shuts down any that has not become a pipe within
+``handshake_ms``. Where ``/proc`` is missing only the counters are read.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from minisgl_core.api import RefusalLog
 log = logging.getLogger("minisgl.transport")
 
 TICK_S = 0.25
+# How long a connection the guard closed may take to show in nng's "auth" counter. Its rise is
+# not counted twice meanwhile; later the closing is assumed uncounted (nng counts a failed
+# handshake only while an accept is pending), so that it cannot hide a real refusal.
+REAPED_SETTLE_S = 2.0
 _LISTENER_REASONS = {
     "auth": "it failed TLS authentication (garbage, or no certificate from this service's keys)",
     "proto": "it does not speak the SP protocol (garbage, or not an nng peer)",
@@ -66,7 +75,7 @@ class Guard:
         self._lock = threading.Lock()
         self._watched: dict[int, _Watched] = {}
         self._first_seen: dict[int, float] = {}  # socket inode -> when it was first seen unpaired
-        self._reaped: dict[int, int] = {}  # listener port -> connections we closed (not "auth")
+        self._reaped: dict[int, list[float]] = {}  # listener port -> when we closed connections
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="minisgl-nng-guard", daemon=True)
         self._thread.start()
@@ -101,23 +110,29 @@ class Guard:
             watched = list(self._watched.values())
         if not watched:
             return
-        for w, counts in zip(watched, _read_counters(watched), strict=True):
+        all_counts, pipes = _read_stats(watched)
+        for w, counts in zip(watched, all_counts, strict=True):
             reasons = _LISTENER_REASONS if w.listener else _DIALER_REASONS
             for name, reason in reasons.items():
                 rose = counts.get(name, 0) - w.counts.get(name, 0)
                 if name == "auth" and w.listener:  # a connection we closed also counts here
-                    discount = min(rose, self._reaped.get(w.port, 0))
-                    self._reaped[w.port] = self._reaped.get(w.port, 0) - discount
-                    rose -= discount
+                    rose -= self._discount_reaped(w.port, rose)
                 for _ in range(max(0, rose)):
                     (self._refusals.refused if w.listener else self._refusals.failed)(
                         w.endpoint, reason)
             w.counts = counts
         if time.monotonic() >= self._next_scan:
             self._next_scan = time.monotonic() + self._scan_every
-            self._reap_stalled([w for w in watched if w.listener])
+            self._reap_stalled([w for w in watched if w.listener], pipes)
 
-    def _reap_stalled(self, listeners: list[_Watched]) -> None:
+    def _discount_reaped(self, port: int, rose: int) -> int:
+        """How many of ``rose`` new "auth" refusals on ``port`` are connections we closed."""
+        recent = [t for t in self._reaped.get(port, []) if time.monotonic() - t < REAPED_SETTLE_S]
+        discount = min(rose, len(recent))
+        self._reaped[port] = recent[discount:]
+        return discount
+
+    def _reap_stalled(self, listeners: list[_Watched], pipes: dict[int, list[int]]) -> None:
         """Shut down accepted connections that are no pipe after ``handshake_ms``."""
         if not listeners:
             return
@@ -133,20 +148,21 @@ class Guard:
             if owner is None:
                 continue
             if local_port not in paired:
-                paired[local_port] = _pipe_ports(owner.sock)
+                paired[local_port] = _pipe_ports(pipes.get(owner.end.id, []))
             if peer_port in paired[local_port]:
                 self._first_seen.pop(inode, None)
                 continue
             first = self._first_seen.setdefault(inode, now)
             if now - first >= self._handshake_s and _shut_down(fd, inode):
                 del self._first_seen[inode]
-                self._reaped[local_port] = self._reaped.get(local_port, 0) + 1
+                self._reaped.setdefault(local_port, []).append(now)
                 self._refusals.refused(owner.endpoint, f"no handshake within handshake_ms="
                                        f"{self._handshake_ms}; closed", f"{peer_ip}:{peer_port}")
 
 
-def _read_counters(watched: list[_Watched]) -> list[dict[str, int]]:
-    """Each listener's or dialer's statistics counters, from one snapshot."""
+def _read_stats(watched: list[_Watched]) -> tuple[list[dict[str, int]], dict[int, list[int]]]:
+    """Each listener's or dialer's statistics counters, and the pipe ids of each listener (by
+    listener id), from one snapshot."""
     lib, ffi = pynng.lib, pynng.ffi
     root = ffi.new("nng_stat **")
     pynng.check_err(lib.nng_stats_get(root))
@@ -155,25 +171,46 @@ def _read_counters(watched: list[_Watched]) -> list[dict[str, int]]:
         for w in watched:
             node = (lib.nng_stat_find_listener(root[0], w.end.listener) if w.listener
                     else lib.nng_stat_find_dialer(root[0], w.end.dialer))
-            counts: dict[str, int] = {}
-            child = lib.nng_stat_child(node) if node != ffi.NULL else ffi.NULL
-            while child != ffi.NULL:
-                if lib.nng_stat_type(child) == lib.NNG_STAT_COUNTER:
-                    name = ffi.string(lib.nng_stat_name(child)).decode()
-                    counts[name] = lib.nng_stat_value(child)
-                child = lib.nng_stat_next(child)
+            counts = stat_values(node, lib.NNG_STAT_COUNTER) if node != ffi.NULL else {}
             out.append(counts or w.counts)  # a closed end keeps its last counts: no false rise
-        return out
+        pipes: dict[int, list[int]] = {}
+        item = lib.nng_stat_child(root[0])
+        while item != ffi.NULL:  # the top level: a scope per socket, listener, dialer, pipe
+            if ffi.string(lib.nng_stat_name(item)) == b"pipe":
+                ids = stat_values(item, lib.NNG_STAT_ID)
+                if "listener" in ids:
+                    pipes.setdefault(ids["listener"], []).append(ids["id"])
+            item = lib.nng_stat_next(item)
+        return out, pipes
     finally:
         lib.nng_stats_free(root[0])
 
 
-def _pipe_ports(sock: pynng.Socket) -> set[int]:
-    """The peers' ports of the pipes of ``sock`` (connections that finished their handshake)."""
-    try:
-        return {socket.ntohs(p.remote_address.port) for p in sock.pipes}
-    except pynng.NNGException:  # closed meanwhile: nothing of it is to be shut down
-        return set(range(65536))
+def stat_values(node: Any, kind: int) -> dict[str, int]:
+    """name -> value of the statistics of type ``kind`` directly under ``node``."""
+    lib, ffi = pynng.lib, pynng.ffi
+    values: dict[str, int] = {}
+    child = lib.nng_stat_child(node)
+    while child != ffi.NULL:
+        if lib.nng_stat_type(child) == kind:
+            values[ffi.string(lib.nng_stat_name(child)).decode()] = lib.nng_stat_value(child)
+        child = lib.nng_stat_next(child)
+    return values
+
+
+def _pipe_ports(pipe_ids: list[int]) -> set[int]:
+    """The peers' ports of these pipes (connections that finished their handshake); a pipe
+    closed meanwhile has none (its connection is closing too)."""
+    lib, ffi = pynng.lib, pynng.ffi
+    ports = set()
+    for pipe_id in pipe_ids:
+        pipe = ffi.new("nng_pipe *")
+        pipe.id = pipe_id
+        address = ffi.new("nng_sockaddr *")
+        if lib.nng_pipe_get_addr(pipe[0], b"remote-address", address) == 0:
+            inet = address.s_in6 if address.s_family == lib.NNG_AF_INET6 else address.s_in
+            ports.add(socket.ntohs(inet.sa_port))
+    return ports
 
 
 def accepted_connections(ports: set[int]) -> dict[int, tuple[int, str, int, str, int]]:

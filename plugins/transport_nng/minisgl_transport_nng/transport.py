@@ -17,7 +17,8 @@ the oldest messages of a subscriber that is ``hwm`` behind.
 
 With ``endpoints = "tcp"`` channels are ``tcp://host:port``, or ``tls+tcp://`` with ``keys``
 (mutual TLS, ``keys.py``: with keys every tcp endpoint is opened as TLS); ``guard.py`` logs the
-peers nng refuses and closes handshakes that stall.
+peers nng refuses and closes handshakes that stall; ``teardown.py`` says in which order a
+transport closes, and why every transport is closed before the interpreter exits.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ from minisgl_core.api import (
 )
 from minisgl_transport_nng.guard import Guard
 from minisgl_transport_nng.keys import TlsKeys, write_keys
+from minisgl_transport_nng.teardown import (
+    close_at_exit,
+    quiet_dialers,
+    wait_reaped,
+    without_pipe_callbacks,
+)
 
 _NNG_MAX_BUFFER = 8192  # nng refuses larger send/recv buffer sizes
 # pynng 0.9's sync recv of an empty message fails in ffi.unpack(NULL, 0) with a RuntimeError after
@@ -53,9 +60,11 @@ _EMPTY = RuntimeError
 
 
 class _Channel:
-    def __init__(self, sock: pynng.Socket, endpoint: str, owner: NngTransport) -> None:
+    def __init__(self, sock: pynng.Socket, endpoint: str, owner: NngTransport,
+                 listens: bool) -> None:
         self._sock = sock
         self.endpoint = endpoint
+        self.listens = listens
         self._owner = owner
         self._limit = owner.options.max_message_bytes
         self._closed = False
@@ -97,8 +106,9 @@ class NngSender(_Channel):
 class NngReceiver(_Channel):
     """The receiving end of a Pull0 or Sub0 socket."""
 
-    def __init__(self, sock: pynng.Socket, endpoint: str, owner: NngTransport) -> None:
-        super().__init__(sock, endpoint, owner)
+    def __init__(self, sock: pynng.Socket, endpoint: str, owner: NngTransport,
+                 listens: bool) -> None:
+        super().__init__(sock, endpoint, owner, listens)
         self._timeout_ms = -1  # the socket's current recv_timeout; set only when it changes
 
     def recv(self, timeout: float | None = None) -> bytes:
@@ -159,19 +169,21 @@ class NngTransport:
         # built once: nng keeps a reference per socket, the parsed certificates are shared
         self._tls = None if keys is None else {True: keys.config(server=True),
                                                False: keys.config(server=False)}
+        self._secure = keys is not None
         if self.options.tcp and keys is None:
             note_plaintext(self.name, self.options.host)
         self._lock = threading.Lock()
         self._channels: set[_Channel] = set()
         self._guard: Guard | None = None  # started by the first tcp channel
         self._closed = False
+        close_at_exit(self)
 
     def endpoint(self, run_dir: Path, channel: str) -> str:
         opts = self.options
         if opts.tcp:
             return tcp_endpoint(run_dir, channel, host=opts.host, first_port=opts.ports.first,
                                 last_port=opts.ports.last,
-                                scheme="tcp" if self._tls is None else "tls+tcp")
+                                scheme="tls+tcp" if self._secure else "tcp")
         return ipc_endpoint(run_dir, channel)
 
     def push(self, endpoint: str, *, bind: bool = False) -> NngSender:
@@ -190,18 +202,18 @@ class NngTransport:
               bind: bool) -> _Channel:
         tcp = split_tcp(endpoint)
         if tcp is not None:
-            check_tcp_endpoint(self.name, endpoint, self._tls is not None)
-            if tcp[0] == "tls+tcp" and self._tls is None:
+            check_tcp_endpoint(self.name, endpoint, self._secure)
+            if tcp[0] == "tls+tcp" and not self._secure:
                 raise ValueError(f"transport {self.name!r}: {endpoint} needs keys; "
                                  f"{keys_hint(self.name)}")
-            if tcp[0] == "tcp" and self._tls is not None:
+            if tcp[0] == "tcp" and self._secure:
                 endpoint = "tls+" + endpoint  # with keys, nothing leaves in clear
         with self._lock:
             if self._closed:
                 raise ChannelClosed(f"transport {self.name} is closed")
             if tcp is not None and self._guard is None:
                 self._guard = Guard(self.options.handshake_ms)
-            guard = self._guard
+            guard, tls = self._guard, self._tls
         opts = self.options
         buffer = min(opts.hwm, _NNG_MAX_BUFFER)
         kwargs: dict[str, Any] = {
@@ -215,10 +227,11 @@ class NngTransport:
             kwargs["recv_buffer_size"] = buffer
         if kind is pynng.Sub0:
             kwargs["topics"] = b""  # everything; subscriptions are local in nng
-        if tcp is not None and self._tls is not None:
-            kwargs["tls_config"] = self._tls[bind]
+        if tcp is not None and tls is not None:
+            kwargs["tls_config"] = tls[bind]
         sock = kind(**kwargs)
         try:
+            without_pipe_callbacks(sock)
             if bind:
                 try:
                     sock.listen(endpoint)
@@ -228,7 +241,7 @@ class NngTransport:
                 sock.dial(endpoint, block=False)
             if tcp is not None and guard is not None:
                 guard.watch(sock, endpoint, listener=bind)
-            channel = cls(sock, endpoint, self)
+            channel = cls(sock, endpoint, self, bind)
         except BaseException:
             sock.close()
             raise
@@ -243,13 +256,32 @@ class NngTransport:
         if guard is not None:
             guard.forget(channel._sock)
 
+    def close_dialing(self) -> None:
+        """Close the channels that dial, quieted first (teardown.py); at exit, those of every
+        transport go first."""
+        with self._lock:
+            dialing = [channel for channel in self._channels if not channel.listens]
+        self._close_dialing(dialing)
+
+    def _close_dialing(self, dialing: list[_Channel]) -> None:
+        tcp = [channel._sock for channel in dialing if split_tcp(channel.endpoint) is not None]
+        if tcp:
+            quiet_dialers(tcp, self.options.reconnect_ms)
+        for channel in dialing:
+            channel.close()
+
     def close(self) -> None:
-        """Close every channel this transport opened; idempotent."""
+        """Close every channel this transport opened, in the order of teardown.py; idempotent."""
         with self._lock:
             self._closed = True
             channels, self._channels = list(self._channels), set()
-            guard = self._guard
-        for channel in channels:
-            channel.close()
+            guard, self._guard = self._guard, None
         if guard is not None:
             guard.stop()
+        socket_ids = {channel._sock.socket.id for channel in channels}
+        self._close_dialing([channel for channel in channels if not channel.listens])
+        for channel in channels:
+            channel.close()  # the listening ones; the others are closed already
+        if socket_ids:
+            wait_reaped(socket_ids)
+        self._tls = None  # nng held its own references until its reaper was done
