@@ -1,8 +1,8 @@
 """Disk tier of the prefix cache: full KV pages saved by a background writer, loaded on RAM misses.
 
 The radix cache (radix_cache.py) calls ``save`` when it takes in freshly computed full pages and
-when it evicts a page not saved yet, and ``read_runs`` / ``fill`` for the pages of a prefix it
-does not hold. A save copies the pages out of the pool at once (the pool page may be reused next
+when it evicts a page not saved yet, and ``load_prefix`` for the pages of a prefix it does not
+hold. A save copies the pages out of the pool at once (the pool page may be reused next
 step) and queues the copy; a writer thread turns it into files (prefix_files.py). The queue is
 bounded in bytes: when it is full the pages are not saved (counted as dropped) instead of
 stalling the step.
@@ -14,9 +14,10 @@ import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,6 +124,7 @@ class DiskTier:
         self.root_key = files.fingerprint
         self.hit_tokens = 0  # prompt tokens loaded from disk instead of computed
         self.read_bytes = 0
+        self.read_seconds = 0.0  # time spent loading (read, check and copy into the pool)
         self.writer = PageWriter(files)
         # at exit, or when the engine is dropped unclosed: what is queued is written
         self._finalizer = weakref.finalize(self, self.writer.stop)
@@ -159,6 +161,19 @@ class DiskTier:
         np.take(self._v_host, pages, axis=1, out=data[1])
         self.writer.put(keys, data)
         return True
+
+    def load_prefix(self, parent: bytes, pages_tokens: Sequence[Sequence[int]],
+                    take: Callable[[int], list[int]]) -> list[int]:
+        """Fill pool pages (``take(n)`` hands out n) with the pages holding ``pages_tokens``
+        after the page keyed ``parent``, up to the first one not on disk; the pages filled."""
+        start = time.perf_counter()
+        loaded: list[int] = []
+        for run in self.read_runs(self.keys(parent, pages_tokens)):
+            pages = take(len(run))
+            self.fill(pages, run)
+            loaded += pages
+        self.read_seconds += time.perf_counter() - start
+        return loaded
 
     def keys(self, parent: bytes, pages_tokens: Sequence[Sequence[int]]) -> list[bytes]:
         """The chained keys of consecutive pages holding ``pages_tokens``, after ``parent``."""
@@ -249,6 +264,7 @@ def tier_metrics(ram_hit_tokens: int, prompt_tokens: int, ram_bytes: int,
                 ("prefix_cache_disk_miss_tokens_total", max(prompt_tokens - ram_hit_tokens, 0)),
                 ("prefix_cache_disk_bytes", disk.used_bytes),
                 ("prefix_cache_disk_read_bytes_total", disk.read_bytes),
+                ("prefix_cache_disk_read_seconds_total", disk.read_seconds),
                 ("prefix_cache_disk_written_bytes_total", disk.written_bytes),
                 ("prefix_cache_disk_dropped_pages_total", disk.dropped_pages)]
     return tuple((name, float(value)) for name, value in out)

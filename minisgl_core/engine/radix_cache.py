@@ -194,14 +194,14 @@ class RadixCache:
         p, start = self.page_size, len(pages)
         room = self.allocator.num_free + self.num_evictable - 1
         wanted = [tokens[i:i + p] for i in range(start * p, len(tokens) - p + 1, p)][:max(room, 0)]
-        loaded: list[int] = []
-        for found in self.disk.read_runs(self.disk.keys(node.digest, wanted)):
-            short = len(found) - self.allocator.num_free
+
+        def take(n: int) -> list[int]:
+            short = n - self.allocator.num_free
             if short > 0:  # never our match: its path is locked
                 self.evict(short)
-            new = self.allocator.alloc(len(found))
-            self.disk.fill(new, found)
-            loaded += new
+            return self.allocator.alloc(n)
+
+        loaded = self.disk.load_prefix(node.digest, wanted, take)
         if not loaded:
             return node, pages
         deep, path, dups = self.insert(node, tokens[start * p:(start + len(loaded)) * p], loaded,

@@ -18,6 +18,7 @@ def test_restart_benchmark_serves_every_prompt_from_disk(tiny_models: dict[str, 
         assert r.same_tokens
         assert r.disk_hit_tokens == (r.prompt_tokens - 1) // 16 * 16  # every full page
         assert r.disk_read_bytes > 0 and min(r.cold_ms, r.ram_ms, r.disk_ms) > 0
+        assert 0 < r.disk_read_s < r.disk_ms / 1e3 and r.disk_gbps > 0
     table = prefix_restart.markdown(results, read_gbps=1.0)
     assert table.count("| yes |") == 2 and "1000 MB/s" in table
     assert any("evicted from the OS page cache" in line for line in lines)
