@@ -1,11 +1,15 @@
 """nng over tcp: with keys every tcp endpoint is TLS, the guard's view of accepted connections,
-and repeated TLS set-up and tear-down."""
+a refusal logged while Python holds the GIL, and repeated TLS set-up and tear-down."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +87,46 @@ def test_tls_channels_open_and_close_many_times(keys: Path) -> None:
                 assert rx.recv(timeout=10) == payload, f"round {i}"
         finally:
             tp.close()
+
+
+# Connects at the wall-clock time argv[3] and sends garbage, then waits to be closed.
+_GARBAGE_AT = """
+import os, socket, sys, time
+time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
+with socket.create_connection((sys.argv[1], int(sys.argv[2]))) as conn:
+    conn.sendall(os.urandom(512))
+    conn.settimeout(30)
+    try:
+        while conn.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+"""
+
+
+def test_a_refusal_while_python_holds_the_gil_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """nng counts a refused handshake only while its listener has an accept pending, and
+    re-arms that accept after an accepted pipe's callbacks: a callback that waits for the GIL
+    (pynng's did) would leave a peer refused meanwhile uncounted, hence unlogged."""
+    caplog.set_level(logging.INFO)
+    tp = make_transport("nng", PLUGINS, {"endpoints": "tcp"})
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    switch = sys.getswitchinterval()
+    try:
+        tp.pull(ep, bind=True)
+        garbage_at = time.time() + 1.0
+        peer = subprocess.Popen([sys.executable, "-c", _GARBAGE_AT, "127.0.0.1",
+                                 ep.rpartition(":")[2], str(garbage_at)])
+        sys.setswitchinterval(5.0)  # this thread keeps the GIL while it spins
+        tp.push(ep)  # accepted by nng's threads while this thread spins
+        while time.time() < garbage_at + 0.5:  # no call here releases the GIL
+            pass
+        sys.setswitchinterval(switch)
+        assert peer.wait(30) == 0
+        deadline = time.monotonic() + 30
+        while not [r for r in caplog.records if "does not speak the SP protocol" in r.getMessage()]:
+            assert time.monotonic() < deadline, "the garbage connection's refusal was not logged"
+            time.sleep(0.05)
+    finally:
+        sys.setswitchinterval(switch)
+        tp.close()
