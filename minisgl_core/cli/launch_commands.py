@@ -110,6 +110,9 @@ def launch(
              "they survive restarts.")] = None,
     prefix_cache_disk_gb: Annotated[float | None, typer.Option(
         help="Size budget of --prefix-cache-dir in GB (default 10).")] = None,
+    load_format: Annotated[str | None, typer.Option(
+        help="auto (the model's safetensors) or dummy (random weights from its config.json, "
+             "for benchmarks at a model's shapes).")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -126,6 +129,7 @@ def launch(
         "reasoning_parser": reasoning_parser, "tool_call_parser": tool_call_parser,
         "speculative": speculative, "compile": compile_,
         "prefix_cache_dir": prefix_cache_dir, "prefix_cache_disk_gb": prefix_cache_disk_gb,
+        "load_format": load_format,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

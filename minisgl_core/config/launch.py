@@ -24,6 +24,7 @@ from minisgl_core.did_you_mean import suggest
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
 QUANTIZATIONS = ("int8", "int8-wo", "int4")
+LOAD_FORMATS = ("auto", "dummy")  # vLLM's names: the model's safetensors, or random weights
 SPECULATIVE = ("ngram",)
 DP_POLICIES = ("cache_aware", "round_robin")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -79,6 +80,7 @@ class LaunchConfig:
     compile: bool = False  # decode steps through torch.compile'd graphs (docs/benchmarks.md)
     prefix_cache_dir: str | None = None  # the prefix cache's disk tier (docs/prefix-cache.md)
     prefix_cache_disk_gb: float = 10.0  # its budget: least recently used pages go beyond it
+    load_format: str = "auto"  # dummy: random weights from config.json (docs/models.md)
     reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content
     # hermes, llama3_json, mistral, qwen3_coder: how tool calls are written (None: the template's)
     tool_call_parser: str | None = None
@@ -124,7 +126,7 @@ class LaunchConfig:
                     f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")
         for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS),
                               ("quantization", QUANTIZATIONS), ("speculative", SPECULATIVE),
-                              ("dp_policy", DP_POLICIES)):
+                              ("dp_policy", DP_POLICIES), ("load_format", LOAD_FORMATS)):
             if name in ("quantization", "speculative") and getattr(self, name) is None:
                 continue
             if getattr(self, name) not in allowed:

@@ -47,6 +47,8 @@ class EngineConfig:
     # the prefix cache's disk tier (prefix_disk.py): None keeps it in RAM only
     prefix_cache_dir: str | None = None
     prefix_cache_disk_gb: float = 10.0  # budget of the page files in prefix_cache_dir
+    # "auto": the model directory's safetensors; "dummy": random weights from its config.json
+    load_format: str = "auto"
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -72,6 +74,8 @@ class EngineConfig:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
         if not self.prefix_cache_disk_gb > 0:
             raise ValueError(f"prefix_cache_disk_gb must be > 0, got {self.prefix_cache_disk_gb}")
+        if self.load_format not in ("auto", "dummy"):
+            raise ValueError(f'load_format must be "auto" or "dummy", got {self.load_format!r}')
 
     def spec_options(self) -> Any:
         """The speculation options as ``speculative.SpecOptions``."""

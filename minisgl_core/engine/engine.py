@@ -101,7 +101,7 @@ class Engine:
             extra["quantization"] = config.quantization
         self.model = model_class(cfg, dtype=self.dtype, device=self.device,
                                  max_seq_len=self.max_seq_len, **extra)
-        self.load_report = load_weights(self.model, path, self.dtype)
+        self.load_report = load_weights(self.model, path, self.dtype, config.load_format)
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
         self.eos_token_ids = eos_token_ids(path, self.tokenizer, cfg)

@@ -1,5 +1,5 @@
 """Read a model directory's safetensors, one tensor at a time (the directory is found by
-``minisgl_core.store`` and the resolvers, never here)."""
+``minisgl_core.store`` and the resolvers, never here), or make random ones (``load_format``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from minisgl_core import deprecated
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.paths import cache_dir
+from minisgl_core.store.random_weights import RandomCheckpoint
 
 if TYPE_CHECKING:
     import torch
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 # the names that lived here before the model store had a package of its own
 __getattr__ = deprecated.forwarder(__name__)
 
+
+LOAD_FORMATS = ("auto", "dummy")  # vLLM's names: the safetensors, or random weights
 
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
            "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
@@ -104,15 +107,28 @@ class LoadReport:
             f"{self.seconds:.2f} s")
 
 
-def load_weights(model: Any, path: Path, dtype: torch.dtype) -> LoadReport:
-    """``model.load_weights`` from the directory's safetensors, timed and logged."""
+def load_weights(model: Any, path: Path, dtype: torch.dtype,
+                 load_format: str = "auto") -> LoadReport:
+    """``model.load_weights`` from the directory's safetensors (``load_format`` "auto") or
+    random ones made from its config.json ("dummy"), timed and logged."""
     start = time.perf_counter()
-    ckpt = Checkpoint(path)
+    if load_format == "dummy":
+        ckpt: Checkpoint | RandomCheckpoint = RandomCheckpoint(
+            json.loads((path / "config.json").read_text()))
+    elif load_format == "auto":
+        ckpt = Checkpoint(path)
+    else:
+        raise ValueError(f'load_format must be one of {", ".join(LOAD_FORMATS)}, '
+                         f"got {load_format!r}")
     model.load_weights(ckpt)
     report = LoadReport(time.perf_counter() - start, ckpt.bytes_read,
                         tuple(name for name, _ in ckpt.stored.most_common()),
                         str(dtype).removeprefix("torch."))
-    log.info("weights of %s: %s", path.name, report.describe())
+    if load_format == "dummy":
+        log.warning("weights of %s are RANDOM (--load-format dummy): %s; its answers mean "
+                    "nothing", path.name, report.describe().replace("read", "made", 1))
+    else:
+        log.info("weights of %s: %s", path.name, report.describe())
     return report
 
 
@@ -134,5 +150,5 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-__all__ = ["Checkpoint", "LoadReport", "ModelNotFoundError", "cache_dir", "load_weights",
-           "release_freed_memory"]
+__all__ = ["LOAD_FORMATS", "Checkpoint", "LoadReport", "ModelNotFoundError", "cache_dir",
+           "load_weights", "release_freed_memory"]

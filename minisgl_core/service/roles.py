@@ -80,6 +80,7 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "compile": getattr(cfg, "compile", None),
         "prefix_cache_dir": getattr(cfg, "prefix_cache_dir", None),
         "prefix_cache_disk_gb": getattr(cfg, "prefix_cache_disk_gb", None),
+        "load_format": getattr(cfg, "load_format", None),
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     if cfg.tp == 1:
