@@ -20,7 +20,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
+
+from minisgl_core.bench import options
+from minisgl_core.bench.options import JsonOpt
 
 PROMPTS = [
     "Write a short story about a robot who learns to paint.",
@@ -269,3 +274,33 @@ def markdown(results: Sequence[Result]) -> str:
 
 if __name__ == "__main__":
     main(None, [1, 8, 32], 64, json_lines=False, profile="--profile" in sys.argv)
+
+
+def offline_command(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    batch_size: Annotated[list[int] | None, typer.Option(help="Batch sizes (repeat).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
+    tp: Annotated[int, typer.Option(
+        min=1, help="Split the engine over N tensor-parallel ranks on this host.")] = 1,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="Engine weights: fp32, int8, int8-wo or int4 (repeat to run several, interleaved)."
+    )] = None,
+    dtype: Annotated[list[str] | None, typer.Option(
+        help="float32, bfloat16 or auto (repeat to run several, interleaved).")] = None,
+    profile: Annotated[bool, typer.Option(
+        help="Break one decode step into matmul / attention / other ops / Python.")] = False,
+    ceilings: Annotated[bool, typer.Option(
+        help="Measure the host's ceilings and report each figure as a share of them.")] = True,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    compile_: Annotated[bool, typer.Option(
+        "--compile/--no-compile",
+        help="Run every mode eager and with its decode step compiled, side by side.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Offline engine throughput (no server) for a few batch sizes, against transformers."""
+    chosen = options.quantizations(quantization or ["fp32"])
+    main(model=model, batch_sizes=batch_size or [1, 8, 32], max_tokens=max_tokens,
+         json_lines=json_, tp=tp, quantization=chosen, profile=profile, ceilings=ceilings,
+         repeat=repeat, threads=threads, dtypes=options.dtypes(dtype or ["float32"]),
+         compile_step=compile_)

@@ -21,8 +21,11 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
+import typer
+
+from minisgl_core.bench.options import JsonOpt, fail, quantizations
 from minisgl_core.bench.wo_kernels import SCHEMES
 
 CHUNK = 512  # tokens per forward: bounds the [CHUNK, vocab] fp32 logits (100 MB for 49k)
@@ -254,3 +257,28 @@ def markdown(results: Sequence[Quality], peers: Sequence[PeerPerplexity] = ()) -
     for p in peers:
         lines.append(f"| {p.system} | | | | | | {p.perplexity:.3f} |")
     return "\n".join(lines)
+
+
+def quality_command(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    quantization: Annotated[list[str] | None, typer.Option(
+        help="int8, int8-wo or int4: measure it against fp32 (fp32 alone without).")] = None,
+    tokens: Annotated[int, typer.Option(min=2, help="Tokens of text for the perplexity.")] = 4096,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    bf16: Annotated[bool, typer.Option(
+        help="Also measure the model in bf16, and int8-wo / int4 with bf16 activations.")
+    ] = False,
+    peer: Annotated[str | None, typer.Option(
+        help="llamacpp: also llama.cpp's own perplexity of the GGUF (Q4_1) and its Q8_0 on the "
+             "same tokens, and every row by its method (`make bench-peers PEERS=llamacpp`).")
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Perplexity on pydoc_data.topics and greedy agreement with fp32; exit 1 if a mode misses
+    its target (perplexity within 3% of fp32's for int8, 0.5% for int8-wo and bf16, 5% for
+    int4; "Paris" answered)."""
+    chosen = quantizations(quantization or [])
+    if peer not in (None, "llamacpp"):
+        raise fail(f'--peer must be llamacpp, got "{peer}"')
+    raise typer.Exit(main(model=model, quantization=chosen, tokens=tokens, json_lines=json_,
+                          threads=threads, bf16=bf16, peer=peer))

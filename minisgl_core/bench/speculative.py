@@ -15,8 +15,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
+import typer
+
+from minisgl_core.bench.options import JsonOpt, dtypes, quantizations
 from minisgl_core.sampling import SamplingParams
 
 WORKLOADS = ("repeating", "stories")
@@ -195,3 +198,32 @@ def main(model: str | None = None, requests: int = 8, max_tokens: int = 96,
     else:
         print(markdown(results))
     return int(any(p.outputs != s.outputs for p, s in _pairs(results)))
+
+
+def speculative_command(
+    model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    requests: Annotated[int, typer.Option(min=1, help="Requests per workload.")] = 8,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request.")] = 96,
+    concurrency: Annotated[list[int] | None, typer.Option(
+        help="Requests in flight at once (repeat).")] = None,
+    num_speculative_tokens: Annotated[int, typer.Option(min=1, help="Draft tokens (k).")] = 4,
+    prompt_lookup_min: Annotated[int, typer.Option(
+        min=1, max=4, help="Shortest suffix n-gram looked up.")] = 2,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,
+    quantization: Annotated[str | None, typer.Option(
+        help="Engine weights: int8, int8-wo or int4 (default: the dtype's).")] = None,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or auto.")] = "auto",
+    compile_: Annotated[bool, typer.Option(
+        "--compile/--no-compile", help="Both engines with their decode step compiled.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """N-gram speculation on a repeating and a story workload, with and without it; exit 1 if
+    it changed a greedy output."""
+    (scheme,) = quantizations([quantization or "fp32"])
+    dtypes([dtype])
+    raise typer.Exit(main(model=model, requests=requests, max_tokens=max_tokens,
+                          concurrencies=concurrency or [1, 8], k=num_speculative_tokens,
+                          threads=threads, repeat=repeat, json_lines=json_,
+                          quantization=scheme, dtype=dtype, compile_step=compile_,
+                          lookup_min=prompt_lookup_min))

@@ -26,8 +26,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
+
+from minisgl_core.bench.options import JsonOpt, fail
 from minisgl_core.bench.transport_peer import (
     QUIT,
     READY,
@@ -328,3 +331,34 @@ def main(transports: list[str] | None = None, sizes: list[int] | None = None,
               "Ratios compare with zmq (ipc, sync) at the same size: p50 > 1 is slower, "
               "msg/s < 1 is slower. tcp is loopback (127.0.0.1); tcp+auth adds the keys "
               "(zmq CURVE, nng TLS).")
+
+
+def transport_command(
+    ctx: typer.Context,
+    transport: Annotated[list[str] | None, typer.Option(help="Only these (repeat).")] = None,
+    size: Annotated[list[int] | None, typer.Option(help="Message sizes in bytes (repeat).")] = None,
+    json_: JsonOpt = False,
+    duration: Annotated[float, typer.Option(help="Seconds per case.")] = 1.0,
+    repeat: Annotated[int, typer.Option(
+        min=1, help="Runs of the whole benchmark; each figure is the median over them.")] = 1,
+    endpoints: Annotated[str, typer.Option(
+        help="ipc, or tcp: loopback tcp as well, beside ipc.")] = "ipc",
+    auth: Annotated[bool, typer.Option(
+        help="With tcp, also with keys (zmq CURVE, nng TLS); implies --endpoints tcp.")] = False,
+) -> None:
+    """Latency and throughput of every registered transport through the common interface."""
+    from minisgl_core.plugin.loading import build_manager, collect
+    from minisgl_core.plugin.registry import RegistryError
+
+    # the registries the `minisgl` app built for this invocation (its context object)
+    plugins = ctx.find_root().obj
+    regs = plugins.regs if plugins is not None else collect(build_manager())
+    for name in transport or []:
+        try:
+            regs.transports.check(name)
+        except RegistryError as exc:
+            raise fail(str(exc)) from None
+    if endpoints not in ("ipc", "tcp"):
+        raise fail(f'--endpoints must be ipc or tcp, got "{endpoints}"')
+    main(transports=transport or None, sizes=size or None, json_lines=json_, duration=duration,
+         repeat=repeat, endpoints="tcp" if auth else endpoints, auth=auth)

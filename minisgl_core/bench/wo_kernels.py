@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from minisgl_core.bench.options import JsonOpt, fail
 
 if TYPE_CHECKING:
     from minisgl_core.engine.wo_quant import Int4Weight, Int8Weight
@@ -101,3 +105,24 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
                       f"{scheme:8} {inputs:8} rows {n:3}: {seconds * 1e3:7.2f} ms, "
                       f"{gb_s:5.1f} GB/s = {gb_s / ceilings.read_gb_s:4.0%} of the read bandwidth")
     return 0
+
+
+def kernels_command(
+    model: Annotated[str | None, typer.Option(help="Model directory or name (its shapes).")] = None,
+    rows: Annotated[list[int] | None, typer.Option(help="Input rows (repeat).")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="Torch threads (all cores).")] = None,
+    isa: Annotated[str | None, typer.Option(
+        help="c, avx2 or avx512 (default: the widest this CPU runs).")] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Runs per case; the best counts.")] = 5,
+    bf16: Annotated[bool, typer.Option(
+        help="Also bf16 inputs (int4 on AVX512-BF16's dot product where the CPU has it; "
+             "the AMX kernels too, as bf16-amx, where it has AMX).")
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """The native weight-only kernels alone on a model's layer shapes: GB/s of packed weight
+    read, against the host's read bandwidth."""
+    if isa not in (None, "c", "avx2", "avx512"):
+        raise fail(f'--isa must be c, avx2 or avx512, got "{isa}"')
+    raise typer.Exit(main(model=model, rows=rows or [1, 2, 4, 8], threads=threads, isa=isa,
+                          repeat=repeat, json_lines=json_, bf16=bf16))

@@ -9,8 +9,6 @@ from typing import Annotated, Any
 import typer
 import typer.main
 
-from minisgl_core.bench.compare import compare_command
-from minisgl_core.bench.serve import serve_command
 from minisgl_core.cli import bench_commands, launch_commands, worker_commands
 from minisgl_core.cli.common import ConfigOpt, JsonOpt, Plugins, SetOpt, load, state
 from minisgl_core.cli.keys import keys_app
@@ -137,16 +135,7 @@ def make_app(
     config_app = typer.Typer(no_args_is_help=True, help="Inspect the configuration.")
     config_app.command("show")(config_show)
     app.add_typer(config_app, name="config")
-    bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
-    bench_app.command("transport")(bench_commands.bench_transport)
-    bench_app.command("offline")(bench_commands.bench_offline)
-    bench_app.command("quality")(bench_commands.bench_quality)
-    bench_app.command("speculative")(bench_commands.bench_speculative)
-    bench_app.command("kernels")(bench_commands.bench_kernels)
-    bench_app.command("prefix")(bench_commands.bench_prefix)
-    bench_app.command("serve")(serve_command)
-    bench_app.command("compare")(compare_command)
-    app.add_typer(bench_app, name="bench")
+    app.add_typer(bench_commands.bench_app(), name="bench")
     app.add_typer(keys_app, name="keys")
     app.add_typer(models_app, name="models")
     if plugin_commands:
