@@ -25,6 +25,8 @@ def prefix_command(
     drop_caches: Annotated[bool, typer.Option(
         help="--restart: evict the page files from the OS page cache before the disk runs.")
     ] = False,
+    repeat: Annotated[int, typer.Option(
+        min=1, help="--restart: RAM and disk runs per prompt; the best counts.")] = 3,
     requests: Annotated[int, typer.Option(min=1, help="--chats: distinct user turns.")] = 32,
     system_tokens: Annotated[int, typer.Option(
         min=1, help="--chats: length of the shared system prompt in tokens.")] = 500,
@@ -49,4 +51,4 @@ def prefix_command(
             arrivals=arrival or prefix_cache.ARRIVALS, threads=threads, json_lines=json_))
     raise typer.Exit(prefix_restart.main(
         model=model, lengths=length or [1024, 4096, 8192], threads=threads, dtype=dtype,
-        directory=directory, drop_caches=drop_caches, json_lines=json_))
+        directory=directory, drop_caches=drop_caches, repeat=repeat, json_lines=json_))

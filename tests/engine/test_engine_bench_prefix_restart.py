@@ -10,7 +10,7 @@ from minisgl_core.bench import prefix_restart
 def test_restart_benchmark_serves_every_prompt_from_disk(tiny_models: dict[str, Path],
                                                          tmp_path: Path) -> None:
     lines: list[str] = []
-    results = prefix_restart.run(str(tiny_models["qwen2"]), lengths=(64, 200), threads=1,
+    results = prefix_restart.run(str(tiny_models["qwen2"]), lengths=(64, 200), threads=1, repeat=2,
                                  directory=str(tmp_path), drop_caches=True,
                                  say=lines.append)
     assert [r.prompt_tokens for r in results] == [64, 200]
