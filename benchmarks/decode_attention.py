@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import torch
 
-from minisgl_core.engine import native_attention
-from minisgl_core.engine.attention import Workspace, sdpa_decode
+from minisgl_core.kernels import Workspace, sdpa_decode
+from minisgl_core.kernels import attention as native_attention
 
 PAGE = 16
 SHAPES = ("1x128", "1x4096", "8x128", "32x128", "32x512", "128x256")
@@ -61,7 +61,7 @@ def main() -> None:
           "us per layer")
     print("| dtype | batch x keys | gather + SDPA | native | speed-up |")
     print("| :--- | ---: | ---: | ---: | ---: |")
-    from minisgl_core.engine.linear import bf16_fast
+    from minisgl_core.kernels import bf16_fast
 
     dtypes = [torch.float32] + ([torch.bfloat16] if bf16_fast() else [])
     with torch.inference_mode():

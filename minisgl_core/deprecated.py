@@ -58,6 +58,16 @@ MOVED_MODULES: dict[str, str] = {
     "minisgl_core.engine.tp_local": "minisgl_core.service.tp_local",
     "minisgl_core.engine.scheduler": "minisgl_core.engine.batching",
     "minisgl_core.engine.convert": "minisgl_core.store.convert",  # the model store's package
+    # the kernels left the engine for a package of their own (minisgl_core/kernels/)
+    "minisgl_core.engine.linear": "minisgl_core.kernels",
+    "minisgl_core.engine.kernel_choice": "minisgl_core.kernels.matmul.choice",
+    "minisgl_core.engine.quant": "minisgl_core.kernels.matmul.w8a8",
+    "minisgl_core.engine.wo_quant": "minisgl_core.kernels.matmul.weight_only",
+    "minisgl_core.engine.amx_hf": "minisgl_core.kernels.matmul.amx",
+    "minisgl_core.engine.native": "minisgl_core.kernels.native.library",
+    "minisgl_core.engine.native_ops": "minisgl_core.kernels.native.ops",
+    "minisgl_core.engine.native_attention": "minisgl_core.kernels.attention",
+    "minisgl_core.engine.compiled_ops": "minisgl_core.kernels.ops",
 }
 
 # "old.module:Name" -> "new.module:NewName"; wins over MOVED_MODULES for that name
@@ -91,6 +101,9 @@ MOVED_NAMES: dict[str, str] = {
     "minisgl_core.engine.weights:DEFAULT_NAME": "minisgl_core.store.naming:DEFAULT_NAME",
     "minisgl_core.engine.weights:MARKER": "minisgl_core.store.naming:MARKER",
     "minisgl_core.engine.weights:model_name_of": "minisgl_core.store.naming:model_name_of",
+    "minisgl_core.engine.compiled_ops:new_handle": "minisgl_core.kernels.handles:new_handle",
+    "minisgl_core.engine.compiled_ops:linear_out_features":
+        "minisgl_core.kernels.handles:linear_out_features",
 }
 
 PUBLIC_MODULE = "minisgl_core.api"  # where a moved public name is best imported from

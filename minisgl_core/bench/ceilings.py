@@ -96,7 +96,7 @@ def measure(seconds: float = 1.5) -> Ceilings:
     """Measure the three rates with torch's current thread count (about 3 x ``seconds``)."""
     import torch
 
-    from minisgl_core.engine.quant import int8_kernels
+    from minisgl_core.kernels.matmul.w8a8 import int8_kernels
 
     with torch.inference_mode():
         big = torch.ones(256 * MIB // 4)
@@ -133,7 +133,7 @@ def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
     q/k/v, o, gate/up and down matmuls plus the LM head, each stored as quant.role_scheme says
     (int8 and int8-wo: a byte a weight and a 4-byte scale per output channel; int4: 0.625 bytes
     a weight, scale and min included; else fp32)."""
-    from minisgl_core.engine.quant import role_scheme
+    from minisgl_core.kernels.matmul.w8a8 import role_scheme
 
     c, layer = layer_matmuls(model_dir)
     shapes = {role: (c.num_layers * out, inp) for role, (out, inp) in layer.items()}

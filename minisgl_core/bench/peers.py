@@ -202,7 +202,7 @@ def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
     """The peers to start, in order: vLLM in fp32 and in the dtype it picks here; llama.cpp on
     the default model's GGUF (Q4_1) and on a Q8_0 written from it. Fails before anything
     starts if one is not installed. ``slots``: the most requests a peer serves at once."""
-    from minisgl_core.engine.quant import cpu_flags
+    from minisgl_core.kernels.matmul.w8a8 import cpu_flags
     from minisgl_core.store.naming import model_name_of
 
     specs = []

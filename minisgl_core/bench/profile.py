@@ -13,7 +13,7 @@ import statistics
 import time
 from typing import Any
 
-from minisgl_core.engine.wo_quant import PROFILE_NAMES
+from minisgl_core.kernels.matmul.weight_only import PROFILE_NAMES
 
 # minisgl::native_linear's own time is the weight-only kernels' (and a little glue around them)
 MATMUL = {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "quantized::linear_dynamic",

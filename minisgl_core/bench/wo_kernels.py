@@ -16,7 +16,7 @@ import typer
 from minisgl_core.bench.options import JsonOpt, fail
 
 if TYPE_CHECKING:
-    from minisgl_core.engine.wo_quant import Int4Weight, Int8Weight
+    from minisgl_core.kernels.matmul.weight_only import Int4Weight, Int8Weight
 
     Packed = list[list[Int8Weight | Int4Weight]]  # [layer][matmul]
 
@@ -28,7 +28,7 @@ def pack_layers(scheme: str, layers: int, shapes: list[tuple[int, int]]
     """Random weights of every layer's matmuls packed as ``scheme``, and their packed bytes."""
     import torch
 
-    from minisgl_core.engine.wo_quant import WeightOnlyNative
+    from minisgl_core.kernels.matmul.weight_only import WeightOnlyNative
 
     kernel = WeightOnlyNative(scheme)
     gen = torch.Generator().manual_seed(0)
@@ -43,7 +43,7 @@ def stream_seconds(packed: Packed, shapes: list[tuple[int, int]], rows: int, isa
     ones with ``bf16``; on the AMX kernel with ``amx``)."""
     import torch
 
-    from minisgl_core.engine.wo_quant import amx_matmul, native_matmul
+    from minisgl_core.kernels.matmul.weight_only import amx_matmul, native_matmul
 
     matmul = (lambda x, p, isa: amx_matmul(x, p)) if amx else native_matmul
     dtype = torch.bfloat16 if bf16 or amx else torch.float32
@@ -65,7 +65,7 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
     import torch
 
     from minisgl_core.bench.ceilings import layer_matmuls, measure
-    from minisgl_core.engine import native
+    from minisgl_core.kernels.native import library as native
     from minisgl_core.plugin.model_lookup import resolve
 
     if native.library() is None:

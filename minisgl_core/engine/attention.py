@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-# compiled_ops registers minisgl::decode_attention, which a traced decode step calls
-from minisgl_core.engine import compiled_ops, native_attention, native_ops  # noqa: F401
+from minisgl_core import kernels
+from minisgl_core.kernels import Workspace
 
 
 @dataclass(frozen=True)
@@ -122,34 +122,6 @@ def _prefill_meta(prefill: Sequence[tuple[Sequence[int], int, int]], page_size: 
     return GroupMeta(b, lq, lk, dev(slots.flatten()), mask, q_pad, q_unpad, False)
 
 
-class Workspace:
-    """Reusable gather buffers: fresh large allocations each layer would page-fault every step."""
-
-    def __init__(self, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device | str) -> None:
-        self._shape = (num_kv_heads, head_dim)
-        self._dtype, self._device = dtype, device
-        self._k = self._v = torch.empty((0, *self._shape), dtype=dtype, device=device)
-
-    def buffers(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two ``[n, Hkv, D]`` buffers (views of storage kept across steps)."""
-        if n > self._k.shape[0]:
-            size = max(n, int(self._k.shape[0] * 1.5))
-            self._k = torch.empty((size, *self._shape), dtype=self._dtype, device=self._device)
-            self._v = torch.empty((size, *self._shape), dtype=self._dtype, device=self._device)
-        return self._k[:n], self._v[:n]
-
-
-def _gathered(cache: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None, b: int,
-              length: int) -> torch.Tensor:
-    """Gather slots (into ``out`` when given) and view them as ``[B, Hkv, L, D]``."""
-    if out is None:
-        out = torch.index_select(cache, 0, index)
-    else:
-        torch.index_select(cache, 0, index, out=out)
-    return out.view(b, length, *out.shape[1:]).transpose(1, 2)
-
-
 def windowed(meta: AttentionMetadata, window: int) -> AttentionMetadata:
     """The step as a sliding-window layer sees it: each query at position p attends to the keys
     at positions p - window + 1 .. p (as transformers' sliding-window mask), and a decode row
@@ -200,46 +172,13 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     outs: list[torch.Tensor] = []
     nd = meta.num_decode
     if meta.decode is not None:
-        g, qd, sc = meta.decode, q[:nd], d ** -0.5 if scale is None else scale
-        if qd.device.type == "cpu" and native_ops.available():  # one dispatcher call
-            outs.append(torch.ops.minisgl.native_decode_attention(qd, k_cache, v_cache,
-                                                                  g.kv_index, g.mask, sc))
-        elif torch.compiler.is_compiling():  # traced: the kernel is chosen when the step runs
-            outs.append(torch.ops.minisgl.decode_attention(qd, k_cache, v_cache, g.kv_index,
-                                                           g.mask, sc))
-        else:
-            outs.append(decode_attention(qd, k_cache, v_cache, g.kv_index, g.mask, sc, ws))
+        g, sc = meta.decode, d ** -0.5 if scale is None else scale
+        outs.append(kernels.paged_decode_attention(q[:nd], k_cache, v_cache, g.kv_index, g.mask,
+                                                   sc, ws))
     if meta.prefill is not None:
         outs.append(_prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta.prefill, ws,
                                        scale))
     return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def sdpa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                kv_index: torch.Tensor, mask: torch.Tensor | None, scale: float,
-                ws: Workspace | None = None) -> torch.Tensor:
-    """Decode attention by gathering the keys and values (``kv_index [B * L]``) into buffers
-    (``ws``'s, or new ones) for SDPA: ``q [B, Hq, D]`` -> ``[B, Hq * D]``."""
-    b, hq, d = q.shape
-    length = kv_index.shape[0] // b
-    kb, vb = (None, None) if ws is None else ws.buffers(b * length)
-    keys = _gathered(k_cache, kv_index, kb, b, length)
-    vals = _gathered(v_cache, kv_index, vb, b, length)
-    o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=mask,
-                                       enable_gqa=True, scale=scale)  # [B, Hq, 1, D]
-    return o.view(b, hq * d)
-
-
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     kv_index: torch.Tensor, mask: torch.Tensor | None, scale: float,
-                     ws: Workspace | None = None) -> torch.Tensor:
-    """``sdpa_decode``'s result, from the native kernel (pages read in place: faster at every
-    size measured) where it runs and takes these sizes."""
-    if native_attention.usable(q, k_cache):
-        out = native_attention.decode(q, k_cache, v_cache, kv_index, mask, scale)
-        if out is not None:
-            return out
-    return sdpa_decode(q, k_cache, v_cache, kv_index, mask, scale, ws)
 
 
 def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -253,8 +192,8 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                            scale=scale)
         return o[0].transpose(0, 1).reshape(tp, hq * d)
     kb, vb = ws.buffers(g.batch * g.kv_len)
-    keys = _gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
-    vals = _gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
+    keys = kernels.gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
+    vals = kernels.gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
     if g.q_pad is None:
         qp = q.transpose(0, 1)[None]  # [1, Hq, n, D]
     else:

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, Workspace
-from minisgl_core.engine.compiled_ops import without_collectives
 from minisgl_core.engine.kv_cache import KVPool
+from minisgl_core.kernels import without_collectives
 
 log = logging.getLogger(__name__)
 WARM_BATCHES = (1, 2)  # batch 1, then the graph every batch >= 2 shares

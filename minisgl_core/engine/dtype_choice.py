@@ -1,16 +1,17 @@
 """``--dtype auto``: bf16 where this host's best bf16 matmul measures faster than its best fp32 one.
 
-On a host with AVX512-BF16/AMX oneDNN's packed bf16 kernel was 1.8-3x faster than fp32's best on
-the default model's gate|up layer [3072, 576] at 1-32 rows; on an AVX2-only host bf16 is emulated,
-hundreds of times slower, and never chosen (it is not even timed). The choice is the kernel
-choice (kernel_choice.py) run for both dtypes on the model's widest layer, so it is cached with
-it: the same for a given cache, measured again only where that is. Weight-only engines (int8-wo,
-int4) are timed the same way on their own kernels: int4 against bf16 activations has kernels of
-its own (AVX512-BF16's dot product, AMX on dequantized tiles from 32 rows) and won 1.1-1.8x at 8
-and 32 rows on the AMX host, while int8-wo converts bf16 inputs to fp32 and so loses a little.
-An int8 (W8A8) engine runs in fp32: its kernels take fp32 activations. A layer too small to time
-(MIN_WEIGHTS) keeps fp32 on every host; timings too far apart to be true (MAX_RATIO) are taken
-once more, and the log line names the layer, the kernels and whether they were cached.
+On a host with AVX512-BF16/AMX oneDNN's packed bf16 kernel was 1.8-3x faster than fp32's best
+on the default model's gate|up layer [3072, 576] at 1-32 rows; on an AVX2-only host bf16 is
+emulated, hundreds of times slower, and never chosen (it is not even timed). The choice is the
+kernel choice (kernels/matmul/choice.py) run for both dtypes on the model's widest layer, so it
+is cached with it: the same for a given cache, measured again only where that is. Weight-only
+engines (int8-wo, int4) are timed the same way on their own kernels: int4 against bf16
+activations has kernels of its own (AVX512-BF16's dot product, AMX on dequantized tiles from 32
+rows) and won 1.1-1.8x at 8 and 32 rows on the AMX host, while int8-wo converts bf16 inputs to
+fp32 and so loses a little. An int8 (W8A8) engine runs in fp32: its kernels take fp32
+activations. A layer too small to time (MIN_WEIGHTS) keeps fp32 on every host; timings too far
+apart to be true (MAX_RATIO) are taken once more, and the log line names the layer, the kernels
+and whether they were cached.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from minisgl_core.engine import kernel_choice
 from minisgl_core.engine.config import EngineConfig, ModelConfig
-from minisgl_core.engine.linear import BUCKETS, bf16_fast
+from minisgl_core.kernels import BUCKETS, bf16_fast
+from minisgl_core.kernels import choice as kernel_choice
 
 log = logging.getLogger(__name__)
 DECODE = (0, 1, 2)  # the buckets (1, 8, 32 rows) compared: decode steps, where the time goes

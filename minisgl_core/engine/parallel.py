@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from minisgl_core.engine import compiled_ops
 from minisgl_core.engine.shm_allreduce import ShmAllReduce
+from minisgl_core.kernels import new_handle
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Collectives wait this long: a follower blocks in a broadcast for as long as the service idles.
@@ -93,7 +93,7 @@ class TensorParallel:
     def __init__(self, rank: int, size: int, device: torch.device) -> None:
         self.rank, self.size, self.device = rank, size, device
         self.shm: ShmAllReduce | None = None  # set when every rank shares this host (CPU)
-        self.handle = compiled_ops.new_handle(self)  # what a compiled graph calls it by
+        self.handle = new_handle(self)  # what a compiled graph calls it by
 
     @property
     def leader(self) -> bool:

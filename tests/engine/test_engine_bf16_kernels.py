@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from minisgl_core.engine.amx_hf import AmxHF
-from minisgl_core.engine.kernel_choice import candidates, choose
-from minisgl_core.engine.linear import BUCKETS, Linear, bf16_fast
-from minisgl_core.engine.wo_quant import amx_matmul
+from minisgl_core.kernels import BUCKETS, Linear, bf16_fast
+from minisgl_core.kernels.matmul.amx import AmxHF
+from minisgl_core.kernels.matmul.choice import candidates, choose
+from minisgl_core.kernels.matmul.weight_only import amx_matmul
 
 CPU, BF16 = torch.device("cpu"), torch.bfloat16
 

@@ -12,7 +12,7 @@ import torch
 from minisgl_core.engine import dtype_choice
 from minisgl_core.engine.config import EngineConfig, ModelConfig
 from minisgl_core.engine.dtype_choice import choose_dtype, resolve
-from minisgl_core.engine.linear import bf16_fast
+from minisgl_core.kernels import bf16_fast
 
 CPU = torch.device("cpu")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from minisgl_core.engine.kernel_choice import candidates, choose
-from minisgl_core.engine.linear import BUCKETS, Kernel
+from minisgl_core.kernels import BUCKETS, Kernel
+from minisgl_core.kernels.matmul.choice import candidates, choose
 
 CPU, FP32 = torch.device("cpu"), torch.float32
 SHAPES = {"qkv": (96, 64), "down": (64, 128)}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl_core.engine import native, native_attention
-from minisgl_core.engine.attention import decode_attention, sdpa_decode
+from minisgl_core.kernels import attention as native_attention
+from minisgl_core.kernels.attention import decode_attention, sdpa_decode
+from minisgl_core.kernels.native import library as native
 
 pytestmark = pytest.mark.skipif(native.library() is None,
                                 reason=f"native library not built: {native.failure()}")

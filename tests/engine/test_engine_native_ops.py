@@ -9,9 +9,8 @@ import gc
 import pytest
 import torch
 
-from minisgl_core.engine import native_ops
-from minisgl_core.engine.attention import sdpa_decode
-from minisgl_core.engine.linear import Linear, all_kernels
+from minisgl_core.kernels import Linear, all_kernels, sdpa_decode
+from minisgl_core.kernels.native import ops as native_ops
 
 pytestmark = pytest.mark.skipif(not native_ops.available(),
                                 reason=f"no native operators: {native_ops.failure()}")
@@ -83,8 +82,8 @@ def test_decode_attention_matches_gather_and_sdpa(dtype: torch.dtype, batch: int
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 11, 33])
 @pytest.mark.parametrize("shape", [(37, 300), (960, 576), (576, 1536), (5, 96), (3, 32)])
 def test_int4_against_bf16_rows_is_the_exact_product(shape: tuple[int, int], rows: int) -> None:
-    from minisgl_core.engine import native
-    from minisgl_core.engine.wo_quant import dequantize_int4, quantize_int4
+    from minisgl_core.kernels.matmul.weight_only import dequantize_int4, quantize_int4
+    from minisgl_core.kernels.native import library as native
 
     out, inp = shape  # partial last blocks (300: 2 groups and 12 inputs past 4-group blocks)
     gen = torch.Generator().manual_seed(out)
@@ -103,8 +102,8 @@ def test_int4_against_bf16_rows_is_the_exact_product(shape: tuple[int, int], row
 @pytest.mark.parametrize("shape,rows", [((37, 300), slice(0, 37)), ((960, 576), slice(5, 700))])
 def test_int4_tile_into_bf16_is_the_fp32_weight_rounded_once(shape: tuple[int, int],
                                                               rows: slice) -> None:
-    from minisgl_core.engine import native
-    from minisgl_core.engine.wo_quant import dequantize_int4, quantize_int4
+    from minisgl_core.kernels.matmul.weight_only import dequantize_int4, quantize_int4
+    from minisgl_core.kernels.native import library as native
 
     gen = torch.Generator().manual_seed(shape[0])
     w = quantize_int4(torch.randn(*shape, generator=gen) / 20)

@@ -7,9 +7,9 @@ import torch
 
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
-from minisgl_core.engine.kernel_choice import candidates
-from minisgl_core.engine.linear import Linear, bucket_of
-from minisgl_core.engine.quant import int8_kernels, quantize_weight
+from minisgl_core.kernels import Linear, bucket_of
+from minisgl_core.kernels.matmul.choice import candidates
+from minisgl_core.kernels.matmul.w8a8 import int8_kernels, quantize_weight
 from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.wire.schema import SamplingParams
 

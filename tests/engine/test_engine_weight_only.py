@@ -10,13 +10,12 @@ import pytest
 import torch
 
 from minisgl_core.bench.ceilings import config_cost, model_cost
-from minisgl_core.engine import native
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
-from minisgl_core.engine.kernel_choice import candidates, choose
-from minisgl_core.engine.linear import BUCKETS, Kernel
-from minisgl_core.engine.quant import quantize_weight
-from minisgl_core.engine.wo_quant import (
+from minisgl_core.kernels import BUCKETS, Kernel
+from minisgl_core.kernels.matmul.choice import candidates, choose
+from minisgl_core.kernels.matmul.w8a8 import quantize_weight
+from minisgl_core.kernels.matmul.weight_only import (
     GROUP,
     Int8Weight,
     WeightOnlyAmx,
@@ -28,6 +27,7 @@ from minisgl_core.engine.wo_quant import (
     native_matmul,
     quantize_int4,
 )
+from minisgl_core.kernels.native import library as native
 from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.wire.schema import SamplingParams
 

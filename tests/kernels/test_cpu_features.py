@@ -44,11 +44,13 @@ def test_masked_env_narrows_torch_and_writes_the_canonical_mask() -> None:
 
 PROBE = """
 import json
-from minisgl_core.engine import linear, native, quant
+from minisgl_core.kernels import bf16_fast
+from minisgl_core.kernels.matmul import w8a8
+from minisgl_core.kernels.native import library as native
 lib = native.library()
 print(json.dumps({"isa": native.best_isa(), "amx": lib is not None and bool(lib.wo_has_amx()),
                   "bf16_c": lib is not None and bool(lib.wo_has_bf16()),
-                  "bf16": linear.bf16_fast(), "vnni": quant._has_vnni()}))
+                  "bf16": bf16_fast(), "vnni": w8a8._has_vnni()}))
 """
 
 

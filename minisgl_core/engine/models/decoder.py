@@ -19,12 +19,10 @@ import torch.nn.functional as F
 
 from minisgl_core.engine.attention import AttentionMetadata, Workspace, paged_attention
 from minisgl_core.engine.config import ModelConfig
-from minisgl_core.engine.kernel_choice import choose
 from minisgl_core.engine.kv_cache import KVPool
-from minisgl_core.engine.linear import Linear
 from minisgl_core.engine.parallel import Shard, TensorParallel, shard
 from minisgl_core.engine.weights import Checkpoint
-from minisgl_core.engine.wo_quant import Int8Weight
+from minisgl_core.kernels import Int8Weight, Linear, choose
 
 log = logging.getLogger(__name__)
 

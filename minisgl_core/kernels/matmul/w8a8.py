@@ -3,7 +3,7 @@
 Weights are quantized once at load, symmetric per output channel (``q = round(W / s)``,
 ``s = max|W_row| / 127``). Each step's inputs are quantized per token (row) on the fly and the
 int8 x int8 products are summed exactly in int32, then scaled back to fp32. Two kernels, behind
-the same Kernel interface as the fp32 ones (linear.py), timed against each other at load:
+the same Kernel interface as the fp32 ones (base.py), timed against each other at load:
 
 - ``int8`` (preferred): torch's fbgemm/x86 quantized engine (``quantized::linear_dynamic`` on a
   prepacked per-channel weight). It quantizes its whole input with one asymmetric uint8 scale
@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from minisgl_core.engine.linear import Kernel
 from minisgl_core.kernels import cpu_features
+from minisgl_core.kernels.matmul.base import Kernel, add_bias_residual
 
 log = logging.getLogger(__name__)
 QUANTIZATIONS = ("int8", "int8-wo", "int4")
@@ -93,13 +93,6 @@ def _engine(name: str) -> Iterator[None]:
         torch.backends.quantized.engine = old
 
 
-def _add(y: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None
-         ) -> torch.Tensor:
-    if bias is not None:
-        y = y.add_(bias)
-    return y if residual is None else y.add_(residual)
-
-
 class _Int8(Kernel):
     quantized = "int8"
 
@@ -148,7 +141,7 @@ class Int8Dynamic(_Int8):
         else:
             s = _row_scale(x)  # [T, 1]
             y = torch.ops.quantized.linear_dynamic(x / s, packed, REDUCE_RANGE).mul_(s)
-        return _add(y, bias, residual)
+        return add_bias_residual(y, bias, residual)
 
     def nbytes(self, packed: Any) -> int:
         w, _ = packed.unpack()
@@ -182,7 +175,7 @@ class Int8IntMM(_Int8):
         s = _row_scale(x).div_(127.0)  # [T, 1]
         xq = torch.round(x / s).to(torch.int8)
         y = torch._int_mm(xq, q).float().mul_(s).mul_(scale)
-        return _add(y, bias, residual)
+        return add_bias_residual(y, bias, residual)
 
     def nbytes(self, packed: tuple[torch.Tensor, torch.Tensor]) -> int:
         return int(packed[0].numel() + packed[1].numel() * 4)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
-from minisgl_core.engine.linear import BUCKETS, Kernel, all_kernels, fp32_kernels
-from minisgl_core.engine.quant import int8_kernels, role_scheme
-from minisgl_core.engine.wo_quant import weight_only_kernels
 from minisgl_core.kernels import cpu_features
+from minisgl_core.kernels.matmul.base import BUCKETS, Kernel
+from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels
+from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
+from minisgl_core.kernels.matmul.weight_only import weight_only_kernels
 
 log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
@@ -165,7 +166,7 @@ def _read_times(path: Path) -> dict[str, dict[str, list[float]]] | None:
 
 
 def _cache_root() -> Path:
-    from minisgl_core.engine.weights import cache_dir
+    from minisgl_core.store.paths import cache_dir
 
     return cache_dir() / "kernels"
 

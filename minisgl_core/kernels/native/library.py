@@ -4,7 +4,7 @@ system C compiler into a cache directory keyed by the sources and flags, loaded 
 
 ``library()`` builds it on first use when missing and returns None (its reason logged once, and
 kept in ``failure()``) when there is no compiler or the build fails: callers then use their
-pure-torch fallback. ``python -m minisgl_core.engine.native`` builds it ahead (``make setup``).
+pure-torch fallback. ``python -m minisgl_core.kernels.native`` builds it ahead (``make setup``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-SOURCES = tuple(Path(__file__).with_name("csrc") / n for n in ("wo_matmul.c", "wo_int4_bf16.c",
-                                                                  "wo_amx.c", "paged_attention.c"))
-HEADERS = (Path(__file__).with_name("csrc") / "cpu_features.h",)  # in the build key, as sources
+CSRC = Path(__file__).parent.parent / "csrc"
+SOURCES = tuple(CSRC / n for n in ("wo_matmul.c", "wo_int4_bf16.c", "wo_amx.c",
+                                   "paged_attention.c"))
+HEADERS = (CSRC / "cpu_features.h",)  # in the build key, as the sources are
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
 # has already loaded (same soname): one thread pool, not two spinning against each other.
@@ -135,20 +135,3 @@ def best_isa() -> int:
     """The widest path this CPU runs (ISAS values); 0 without the library."""
     lib = library()
     return 0 if lib is None else int(lib.wo_best_isa())
-
-
-def main() -> int:
-    """Build the library and its torch operators (``make setup``); a failure is reported, not
-    fatal: the torch fallback and the Python paths work without them."""
-    from minisgl_core.engine import native_ops
-
-    for what, make in (("native kernels", build), ("native torch operators", native_ops.build)):
-        try:
-            print(f"{what}: {make()}")
-        except RuntimeError as exc:
-            print(f"{what} not built (the Python paths will be used): {exc}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
-from minisgl_core.engine import native
+from minisgl_core.kernels import handles
+from minisgl_core.kernels.native import library as native
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("csrc") / "torch_ops.cpp"
+SOURCE = native.CSRC / "torch_ops.cpp"
 CXX_FLAGS = ("-O2", "-fPIC", "-std=c++20", "-Wno-c++20-extensions")
 # what each Kernel is called in torch_ops.cpp (kind_of); a Linear using any other stays in Python
 KINDS = frozenset({"dense", "dense-hf", "onednn", "onednn-rows", "onednn-hf", "amx-hf", "int8-wo",
@@ -118,11 +119,9 @@ def failure() -> str | None:
 
 
 def _register_fakes() -> None:
-    from minisgl_core.engine.compiled_ops import linear_out_features
-
     @torch.library.register_fake("minisgl::native_linear")
     def _linear(x: torch.Tensor, residual: torch.Tensor | None, handle: str) -> torch.Tensor:
-        return x.new_empty((x.shape[0], linear_out_features(handle)))
+        return x.new_empty((x.shape[0], handles.linear_out_features(handle)))
 
     @torch.library.register_fake("minisgl::native_decode_attention")
     def _attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -8,8 +8,8 @@ import logging
 
 import torch
 
-from minisgl_core.engine.linear import Kernel
-from minisgl_core.engine.wo_quant import amx_matmul, amx_run
+from minisgl_core.kernels.matmul.base import Kernel
+from minisgl_core.kernels.matmul.weight_only import amx_matmul, amx_run
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from minisgl_core.engine import native
-from minisgl_core.engine.linear import Kernel
-from minisgl_core.engine.quant import _add, quantize_weight
+from minisgl_core.kernels.matmul.base import Kernel, add_bias_residual
+from minisgl_core.kernels.matmul.w8a8 import quantize_weight
+from minisgl_core.kernels.native import library as native
 
 log = logging.getLogger(__name__)
 GROUP = 32  # inputs per int4 group (fixed in wo_matmul.c)
@@ -176,7 +176,7 @@ def amx_run(packed: Int8Weight | Int4Weight | torch.Tensor, x: torch.Tensor,
     fused = residual if bias is None else None
     y = amx_matmul(x, packed, fused, x.dtype)
     assert y is not None, "the AMX kernel ran where available() said it could not"
-    return y if fused is not None else _add(y, bias, residual)
+    return y if fused is not None else add_bias_residual(y, bias, residual)
 
 
 class _WeightOnly(Kernel):
@@ -215,7 +215,7 @@ class WeightOnlyNative(_WeightOnly):
     def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
         y = native_matmul(x, packed)
-        return _add(y if x.dtype == torch.float32 else y.to(x.dtype), bias, residual)
+        return add_bias_residual(y if x.dtype == torch.float32 else y.to(x.dtype), bias, residual)
 
 
 class WeightOnlyAmx(_WeightOnly):
@@ -266,7 +266,8 @@ class WeightOnlyDequant(_WeightOnly):
         out, inp = packed.q.shape[0], x.shape[1]
         step = max(1, TILE_ELEMS // inp)
         parts = [x @ deq(packed, slice(a, a + step), x.dtype).t() for a in range(0, out, step)]
-        return _add(parts[0] if len(parts) == 1 else torch.cat(parts, 1), bias, residual)
+        y = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+        return add_bias_residual(y, bias, residual)
 
 
 def weight_only_kernels(scheme: str) -> list[Kernel]:

@@ -1,0 +1,71 @@
+"""The ``Linear`` a model layer calls: one kernel per row bucket, all sharing one weight layout.
+
+Each Linear keeps the kernels the measured choice gave it (matmul/choice.py) and runs the one of
+its row count's bucket; where the C++ operators are built it is one dispatcher call
+(native/ops.py), in a compiled graph an opaque op (ops.py). ``MINISGL_LINEAR=<kernel>`` forces
+one kernel everywhere it applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from minisgl_core.kernels import handles
+from minisgl_core.kernels.matmul.base import _BUCKET_TOP, BUCKETS, Kernel, bucket_of
+from minisgl_core.kernels.matmul.registry import all_kernels
+from minisgl_core.kernels.native import ops as native_ops
+
+
+class Linear:
+    """``y = x @ W.T + b`` for ``x [T, in]``, from an HF ``W [out, in]``; the layout is private.
+
+    ``kernels``: one per bucket (BUCKETS), all of one layout; one kernel name means it for all.
+    """
+
+    __slots__ = ("__weakref__", "_table", "bias", "handle", "in_features", "kernels", "native",
+                 "out_features", "weight")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 kernels: Sequence[Kernel] | Kernel | str) -> None:
+        if isinstance(kernels, str):
+            kernels = all_kernels()[kernels]
+        if isinstance(kernels, Kernel):
+            kernels = [kernels] * len(BUCKETS)
+        if len(kernels) != len(BUCKETS) or len({k.layout for k in kernels}) != 1:
+            raise ValueError("a Linear needs one kernel per bucket, all of one layout")
+        self.out_features, self.in_features = weight.shape
+        self.kernels = tuple(kernels)
+        self.bias = bias
+        self.weight = kernels[0].pack(weight)
+        # rows -> kernel for the common small row counts (one tuple index per call)
+        self._table = tuple(self.kernels[bucket_of(r)] for r in range(_BUCKET_TOP[-1] + 1))
+        self.handle = handles.new_handle(self)  # what a compiled graph calls it by
+        # True: the C++ operator runs it (same kernels, no Python per call; native_ops.py)
+        self.native = native_ops.register(self)
+
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused where the kernel can)."""
+        if self.native:  # eager or traced alike: one dispatcher call
+            return torch.ops.minisgl.native_linear(x, residual, self.handle)
+        if torch.compiler.is_compiling():  # traced: the same kernel, behind an opaque op
+            return torch.ops.minisgl.linear(x, residual, self.handle)
+        return self.run_eager(x, residual)
+
+    def run_eager(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``__call__`` outside a compiled graph: the row bucket's kernel on ``x``."""
+        rows = x.shape[0]
+        kernel = self._table[rows] if rows < len(self._table) else self.kernels[-1]
+        return kernel.run(self.weight, x, self.bias, residual)
+
+    @property
+    def backend(self) -> str:
+        """The kernel names by bucket, e.g. ``dense`` or ``dense/onednn/onednn/onednn``."""
+        names = [k.name for k in self.kernels]
+        return names[0] if len(set(names)) == 1 else "/".join(names)
+
+    def nbytes(self) -> int:
+        """Memory held by the weight (and bias)."""
+        n = self.kernels[0].nbytes(self.weight)
+        return n + (0 if self.bias is None else self.bias.numel() * self.bias.element_size())

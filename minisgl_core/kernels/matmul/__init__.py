@@ -1,0 +1,2 @@
+"""Matmul kernels by family (dense, W8A8, weight-only, AMX), their registry and the measured
+choice among them."""

@@ -1,0 +1,78 @@
+"""What every matmul kernel is: the ``Kernel`` interface, and the row buckets a Linear picks by.
+
+A kernel owns a weight layout (``pack``) and a way to run ``x [T, in] @ W.T`` on it (``run``).
+Which kernel is fastest depends on the host and on the row count, so each bucket of row counts
+(BUCKETS) gets its own, measured at load (choice.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# Row counts measured at load, one per bucket: decode batches (1, 8, 32) and prefill chunks (128+)
+BUCKETS = (1, 8, 32, 128)
+_BUCKET_TOP = (2, 16, 64)  # rows <= 2 use bucket 0, <= 16 bucket 1, <= 64 bucket 2, else 3
+_MIN_ROWS = 4  # oneDNN's kernels for 1-3 rows were slower than for 4 on the first host measured
+
+
+def bucket_of(rows: int) -> int:
+    """The bucket (index into BUCKETS) a step of ``rows`` rows runs in."""
+    for i, top in enumerate(_BUCKET_TOP):
+        if rows <= top:
+            return i
+    return len(_BUCKET_TOP)
+
+
+def padded_rows(rows: int, minimum: int = _MIN_ROWS) -> int:
+    """Round a row count up to one of a few sizes: oneDNN caches one primitive per shape, and an
+    unbounded set of shapes (every batch size, every prefill chunk) grows memory without end.
+    ``minimum`` (fewer rows are padded up to it), then multiples of 8 up to 64, then of 32."""
+    if rows <= minimum:
+        return minimum
+    step = 8 if rows <= 64 else 32
+    return -(-rows // step) * step
+
+
+class Kernel:
+    """One way to compute ``x @ W.T (+ b) (+ residual)``; kernels sharing a ``layout`` share the
+    packed weight, so a Linear can switch between them by row count at no memory cost."""
+
+    name = "?"
+    layout = "?"
+    quantized: str | None = None  # the --quantization scheme it needs (None: none)
+    # True: ``pack`` keeps the HF weight itself, so a tensor shared with another use (a tied LM
+    # head's embedding table) stays one copy in memory
+    shares_weight = False
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether this kernel works (and gives right answers) here."""
+        raise NotImplementedError
+
+    def same_as(self, rows: int) -> str | None:
+        """The kernel that does exactly what this one does at ``rows`` rows (None: none)."""
+        return None
+
+    def pack(self, weight: torch.Tensor) -> Any:
+        """The private layout of an HF ``weight [out, in]``."""
+        raise NotImplementedError
+
+    def run(self, packed: Any, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        """``x [T, in]`` -> ``[T, out]``."""
+        raise NotImplementedError
+
+    def nbytes(self, packed: Any) -> int:
+        """Memory held by the packed weight."""
+        return int(packed.numel() * packed.element_size())
+
+
+
+
+def add_bias_residual(y: torch.Tensor, bias: torch.Tensor | None,
+                      residual: torch.Tensor | None) -> torch.Tensor:
+    """``y (+ bias) (+ residual)``, in place on ``y`` (a kernel's fresh output)."""
+    if bias is not None:
+        y = y.add_(bias)
+    return y if residual is None else y.add_(residual)

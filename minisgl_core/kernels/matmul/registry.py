@@ -1,0 +1,22 @@
+"""Every matmul kernel by name, and the candidates of each kind: the one list to extend."""
+
+from __future__ import annotations
+
+from minisgl_core.kernels.matmul.amx import AmxHF
+from minisgl_core.kernels.matmul.base import Kernel
+from minisgl_core.kernels.matmul.dense import Dense, DenseHF, OneDNN, OneDNNHF
+from minisgl_core.kernels.matmul.w8a8 import int8_kernels
+from minisgl_core.kernels.matmul.weight_only import weight_only_kernels
+
+
+def fp32_kernels() -> list[Kernel]:
+    """The unquantized candidates (fp32 or bf16), in the order ties are broken."""
+    return [OneDNN(), OneDNN("onednn-rows", 1), Dense(), DenseHF(), OneDNNHF(), AmxHF()]
+
+
+def all_kernels() -> dict[str, Kernel]:
+    """Every kernel by name (the quantized ones included)."""
+    wo = [*weight_only_kernels("int8-wo"), *weight_only_kernels("int4")]
+    return {k.name: k for k in [*fp32_kernels(), *int8_kernels(), *wo]}
+
+
