@@ -10,7 +10,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#+ (.*)")
 # what a code comment cites: a page under docs, or a design doc's numbered section (", 6. Title")
 DOC_PATH = re.compile(r"\bdocs/[\w./-]+\.md\b")
-SECTION = re.compile(r"\b(docs/design/[\w-]+\.md), (\d+)\. ")
+SECTION = re.compile(r"\b(docs/design/[\w-]+\.md), (\d+)\.(?=[\s)])")
 CODE_DIRS = ["minisgl_core", "plugins", "benchmarks", "tests"]
 CODE_SUFFIXES = {".py", ".c", ".cpp", ".h"}
 
