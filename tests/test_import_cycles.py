@@ -1,5 +1,6 @@
-"""No import cycle between the core's packages, counting imports inside functions and under
-``TYPE_CHECKING`` too: grimp (import-linter's own graph library) reads every import statement.
+"""No import cycle between the core's packages, nor between the modules of the engine and the
+kernels, counting imports inside functions and under ``TYPE_CHECKING`` too: grimp
+(import-linter's own graph library) reads every import statement.
 
 A package is ``minisgl_core.<name>`` (a subpackage or a top-level module); the root
 ``minisgl_core/__init__.py`` is a node of its own, so a core module importing the root's
@@ -7,6 +8,8 @@ re-exports (which reach ``offline``) would show up as a cycle as well.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import grimp
 import pytest
@@ -18,13 +21,20 @@ def package_of(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def package_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """The strongly connected sets of packages (Tarjan), each sorted; none when layered."""
+def module_in(packages: tuple[str, ...]) -> Callable[[str], str | None]:
+    """Modules of ``packages`` as nodes of their own (the rest left out)."""
+    return lambda m: m if any(m == p or m.startswith(p + ".") for p in packages) else None
+
+
+def package_cycles(graph: grimp.ImportGraph,
+                   node_of: Callable[[str], str | None] = package_of) -> list[list[str]]:
+    """The strongly connected sets of nodes (packages, or what ``node_of`` maps a module to;
+    None: left out) (Tarjan), each sorted; none when layered."""
     edges: dict[str, set[str]] = {}
     for module in graph.modules:
         for imported in graph.find_modules_directly_imported_by(module):
-            a, b = package_of(module), package_of(imported)
-            if a != b:
+            a, b = node_of(module), node_of(imported)
+            if a is not None and b is not None and a != b:
                 edges.setdefault(a, set()).add(b)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -56,12 +66,13 @@ def package_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     return found
 
 
-def describe(graph: grimp.ImportGraph, cycle: list[str]) -> str:
+def describe(graph: grimp.ImportGraph, cycle: list[str],
+             node_of: Callable[[str], str | None] = package_of) -> str:
     """One import per edge inside ``cycle``: where to look to break it."""
     lines = []
     for module in sorted(graph.modules):
         for imported in sorted(graph.find_modules_directly_imported_by(module)):
-            a, b = package_of(module), package_of(imported)
+            a, b = node_of(module), node_of(imported)
             if a != b and a in cycle and b in cycle:
                 detail = graph.get_import_details(importer=module, imported=imported)
                 where = detail[0]["line_number"] if detail else "?"
@@ -75,6 +86,15 @@ def test_the_core_packages_import_each_other_without_a_cycle() -> None:
     cycles = package_cycles(graph)
     assert not cycles, "import cycles between packages:\n" + "\n".join(
         describe(graph, c) for c in cycles)
+
+
+def test_the_engine_and_kernel_modules_import_each_other_without_a_cycle() -> None:
+    graph = grimp.build_graph(ROOT, cache_dir=None)
+    node_of = module_in(("minisgl_core.engine", "minisgl_core.kernels"))
+    assert len({node_of(m) for m in graph.modules} - {None}) > 40  # every module was read
+    cycles = package_cycles(graph, node_of)
+    assert not cycles, "import cycles between modules:\n" + "\n".join(
+        describe(graph, c, node_of) for c in cycles)
 
 
 @pytest.mark.parametrize("imports, expected", [

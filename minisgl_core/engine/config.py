@@ -21,6 +21,22 @@ def threads_per_rank(total: int | None, ranks: int) -> int:
 
 
 @dataclass(frozen=True)
+class SpecOptions:
+    """How many tokens n-gram speculation drafts and which n-gram sizes it looks up (vLLM's
+    names; speculative.py)."""
+
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+
+    def __post_init__(self) -> None:
+        if self.num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens must be >= 1")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """How to build an Engine; ``model`` is a model directory (``model_lookup.resolve_model``)."""
 
@@ -68,19 +84,14 @@ class EngineConfig:
                              f"{self.quantization!r}")
         if self.speculative is not None and self.speculative != "ngram":
             raise ValueError(f'speculative must be "ngram" or None, got {self.speculative!r}')
-        if self.num_speculative_tokens < 1:
-            raise ValueError("num_speculative_tokens must be >= 1")
-        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
-            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+        self.spec_options()  # checks them
         if not self.prefix_cache_disk_gb > 0:
             raise ValueError(f"prefix_cache_disk_gb must be > 0, got {self.prefix_cache_disk_gb}")
         if self.load_format not in ("auto", "dummy"):
             raise ValueError(f'load_format must be "auto" or "dummy", got {self.load_format!r}')
 
-    def spec_options(self) -> Any:
-        """The speculation options as ``speculative.SpecOptions``."""
-        from minisgl_core.engine.speculative import SpecOptions  # torch only when engines run
-
+    def spec_options(self) -> SpecOptions:
+        """The speculation options (ValueError when they do not fit together)."""
         return SpecOptions(self.num_speculative_tokens, self.prompt_lookup_min,
                            self.prompt_lookup_max)
 

@@ -12,32 +12,17 @@ with t removed), which leaves the output distribution that of plain decoding.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from minisgl_core.engine.batching import Batcher
+from minisgl_core.engine.config import SpecOptions
 from minisgl_core.engine.request import Request
 from minisgl_core.engine.sampler import Sampler, adjusts, token_logprobs
 from minisgl_core.sampling import TokenLogprob
 
 METHODS = ("ngram",)
 MAX_PAUSE = 16  # steps a request that keeps drafting wrong waits at most before trying again
-
-
-@dataclass(frozen=True)
-class SpecOptions:
-    """How many tokens to draft and which n-gram sizes to look up (vLLM's names)."""
-
-    num_speculative_tokens: int = 4
-    prompt_lookup_min: int = 2
-    prompt_lookup_max: int = 4
-
-    def __post_init__(self) -> None:
-        if self.num_speculative_tokens < 1:
-            raise ValueError("num_speculative_tokens must be >= 1")
-        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
-            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
 
 
 def propose(tokens: Sequence[int], k: int, n_min: int, n_max: int) -> list[int]:
