@@ -25,9 +25,9 @@ the dial it may have in flight has ended, which its statistics count.
 from __future__ import annotations
 
 import atexit
+import threading
 import time
-import weakref
-from typing import Any, Protocol
+from typing import Protocol
 
 import pynng
 
@@ -45,16 +45,25 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-_live: weakref.WeakSet[Any] = weakref.WeakSet()
+_live: set[Closable] = set()  # held strongly: a transport nobody closed is closed at exit too
+_live_lock = threading.Lock()
 
 
 def close_at_exit(transport: Closable) -> None:
-    """Have ``transport`` closed at interpreter exit, before nng's own teardown."""
-    _live.add(transport)
+    """Have ``transport`` closed at interpreter exit unless it is closed before."""
+    with _live_lock:
+        _live.add(transport)
+
+
+def closed(transport: Closable) -> None:
+    """``transport`` is closed: nothing of it is left for the exit."""
+    with _live_lock:
+        _live.discard(transport)
 
 
 def _close_all() -> None:
-    transports = list(_live)
+    with _live_lock:
+        transports = list(_live)
     for transport in transports:  # no dialer of this process redials a listener closed here
         transport.close_dialing()
     for transport in transports:

@@ -48,6 +48,7 @@ from minisgl_transport_nng.guard import Guard
 from minisgl_transport_nng.keys import TlsKeys, write_keys
 from minisgl_transport_nng.teardown import (
     close_at_exit,
+    closed,
     quiet_dialers,
     wait_reaped,
     without_pipe_callbacks,
@@ -285,3 +286,4 @@ class NngTransport:
         if socket_ids:
             wait_reaped(socket_ids)
         self._tls = None  # nng held its own references until its reaper was done
+        closed(self)
