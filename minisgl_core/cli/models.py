@@ -1,4 +1,5 @@
-"""``minisgl models``: what the caches hold that minisgl can serve, and ``minisgl models rm``."""
+"""``minisgl models``: what the caches hold that minisgl can serve, ``minisgl models rm`` and
+``minisgl models dummy`` (random weights at a public model's shapes)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,20 @@ def rm(ctx: typer.Context, name: Annotated[str, typer.Argument(
         raise fail(f"no cached model {name!r} (cached: {', '.join(known) or 'none'})", 1)
     for m in gone:
         typer.echo(f"removed {m.name} ({m.kind}, {_size(m.size_bytes)}): {m.path}")
+
+
+@app.command("dummy")
+def dummy(name: Annotated[str, typer.Argument(
+        help="A public config: Qwen3-0.6B, Qwen3-1.7B, Qwen3-4B, Llama-3.2-1B, Llama-3.2-3B.")],
+          gguf: Annotated[bool, typer.Option(
+              "--gguf", help="Also write the F16 GGUF of the same weights; print its path.")
+          ] = False) -> None:
+    """Write a model of random weights at NAME's shapes once (cached); print its directory."""
+    from minisgl_core.store.dummy_models import ensure_dummy_gguf, ensure_dummy_model
+    from minisgl_core.store.errors import ModelNotFoundError
+
+    try:
+        path = ensure_dummy_gguf(name) if gguf else ensure_dummy_model(name)
+    except (ModelNotFoundError, ValueError) as exc:
+        raise fail(str(exc), 1) from None
+    typer.echo(str(path))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from minisgl_core import deprecated
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.paths import cache_dir
-from minisgl_core.store.random_weights import RandomCheckpoint
+from minisgl_core.store.random_weights import RandomCheckpoint, tokenizer_size
 
 if TYPE_CHECKING:
     import torch
@@ -114,7 +114,7 @@ def load_weights(model: Any, path: Path, dtype: torch.dtype,
     start = time.perf_counter()
     if load_format == "dummy":
         ckpt: Checkpoint | RandomCheckpoint = RandomCheckpoint(
-            json.loads((path / "config.json").read_text()))
+            json.loads((path / "config.json").read_text()), tokens=tokenizer_size(path))
     elif load_format == "auto":
         ckpt = Checkpoint(path)
     else:

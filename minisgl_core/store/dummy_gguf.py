@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.store.random_weights import RandomCheckpoint
+from minisgl_core.store.random_weights import RandomCheckpoint, tokenizer_size
 
 ARCHES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
@@ -86,7 +86,7 @@ def write_dummy_gguf(model_dir: Path, out: Path, seed: int = 0) -> Path:
     if arch is None:
         raise ValueError(f"a GGUF is written for {', '.join(ARCHES)} only, not "
                          f"{cfg['architectures'][0]}")
-    ckpt = RandomCheckpoint(cfg, seed=seed)
+    ckpt = RandomCheckpoint(cfg, seed=seed, tokens=tokenizer_size(model_dir))
     heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     kv_heads = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or hidden // heads

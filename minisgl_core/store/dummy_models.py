@@ -5,7 +5,8 @@ config.json (shipped in ``model_configs/``), a tokenizer, and the random weights
 ``random_weights.RandomCheckpoint`` as bf16 safetensors, which vLLM and minisgl serve;
 ``ensure_dummy_gguf`` adds the same weights as an F16 GGUF for llama.cpp (``dummy_gguf``). The
 tokenizer is the default model's (SmolLM2's, 49,152 tokens): the config's vocabulary size is kept,
-so the embedding has the public shape and every token id stays below the tokenizer's size.
+so the embedding has the public shape; its rows past the tokenizer's are zero, so greedy decoding
+emits only ids the tokenizer has (``random_weights``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from minisgl_core.did_you_mean import suggest
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.paths import cache_dir
-from minisgl_core.store.random_weights import RandomCheckpoint
+from minisgl_core.store.random_weights import RandomCheckpoint, tokenizer_size
 
 CONFIGS = "model_configs"
 # tokenizer files copied as they are (tokenizer_config.json is rewritten, see _copy_tokenizer)
@@ -108,7 +109,8 @@ def write_dummy_model(config: Mapping[str, Any], out: Path, tokenizer_dir: Path,
     generation = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")
                   if k in config}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2))
-    write_safetensors(RandomCheckpoint(config, seed=seed), out / "model.safetensors")
+    write_safetensors(RandomCheckpoint(config, seed=seed, tokens=tokenizer_size(out)),
+                      out / "model.safetensors")
     return out
 
 

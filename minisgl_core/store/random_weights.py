@@ -6,14 +6,19 @@ works as with real weights. Each tensor is seeded by its name, so a tensor's val
 on the order it is read in, and ``dummy_models`` writes the very same tensors to safetensors and
 GGUF files. Values: normal with std 0.02 (as models are initialised), norms at their neutral value
 (1, or 0 for Gemma's norms, which scale by ``1 + weight``), generated directly in bf16 (as real
-checkpoints are stored), so loading never holds an fp32 copy of more than one tensor.
+checkpoints are stored), so loading never holds an fp32 copy of more than one tensor. Where the
+tokenizer has fewer tokens than the config's vocabulary (a public config served with another
+tokenizer), the embedding and LM head rows past it are zero: their logit is 0 against the random
+ones of real tokens, so greedy decoding only emits ids the tokenizer can write.
 """
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,6 +30,7 @@ STORED_DTYPE = "bfloat16"
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM")
 _QK_NORM = ("Qwen3ForCausalLM", "Gemma3ForCausalLM")
 _CENTRED_NORMS = ("Gemma3ForCausalLM",)  # RMSNorm scaling by 1 + weight: neutral at 0
+_VOCAB_ROWS = ("model.embed_tokens.weight", "lm_head.weight")  # [V, H]: a row per token id
 
 
 def architecture(config: Mapping[str, Any]) -> str:
@@ -89,13 +95,28 @@ def parameter_count(config: Mapping[str, Any]) -> int:
     return total
 
 
-class RandomCheckpoint:
-    """A ``Checkpoint`` of random tensors for ``config`` (a parsed config.json), made on read."""
+def tokenizer_size(model_dir: Path) -> int | None:
+    """How many ids the directory's tokenizer.json has (None without one)."""
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        return None
+    tokenizer = json.loads(path.read_text())
+    ids = [int(t["id"]) for t in tokenizer.get("added_tokens", [])]
+    vocab = tokenizer.get("model", {}).get("vocab")
+    ids += list(vocab.values()) if isinstance(vocab, dict) else [len(vocab or []) - 1]
+    return max(ids) + 1 if ids else None
 
-    def __init__(self, config: Mapping[str, Any], seed: int = 0) -> None:
+
+class RandomCheckpoint:
+    """A ``Checkpoint`` of random tensors for ``config`` (a parsed config.json), made on read;
+    ``tokens``: how many ids the tokenizer has (the vocabulary rows past it are zero)."""
+
+    def __init__(self, config: Mapping[str, Any], seed: int = 0,
+                 tokens: int | None = None) -> None:
         self._shapes = tensor_shapes(config)
         self._centred = architecture(config) in _CENTRED_NORMS
         self.seed = seed
+        self.tokens = tokens
         self.bytes_read = 0  # bytes generated so far (the engine's load report counts them)
         self.stored: Counter[str] = Counter()
 
@@ -123,10 +144,12 @@ class RandomCheckpoint:
             # seeded by name: the same values whichever tensors were read before
             g = torch.Generator().manual_seed(zlib.crc32(f"{self.seed}:{name}".encode()))
             out = torch.randn(shape, generator=g, dtype=torch.bfloat16).mul_(STD)
+            if self.tokens is not None and name in _VOCAB_ROWS:
+                out[self.tokens:] = 0  # ids the tokenizer cannot write: never the argmax
         self.bytes_read += out.numel() * out.element_size()
         self.stored[STORED_DTYPE] += out.numel() * out.element_size()
         return out
 
 
 __all__ = ["ARCHITECTURES", "RandomCheckpoint", "architecture", "parameter_count",
-           "tensor_shapes"]
+           "tensor_shapes", "tokenizer_size"]
