@@ -28,6 +28,8 @@ CONFIGS = "model_configs"
 # tokenizer files copied as they are (tokenizer_config.json is rewritten, see _copy_tokenizer)
 TOKENIZER_FILES = ("tokenizer.json", "special_tokens_map.json", "chat_template.jinja",
                    "vocab.json", "merges.txt")
+# what a cached directory was written by: one written by another version or seed is rewritten
+STAMP, STAMP_VERSION = "minisgl-dummy.json", 1
 _SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 
@@ -58,7 +60,8 @@ def ensure_dummy_model(name: str, *, tokenizer_dir: Path | None = None, seed: in
     directory that exists is complete). ``tokenizer_dir``: whose tokenizer files to take
     (default: the default model's)."""
     out = dummy_dir(name)
-    if (out / "config.json").is_file():
+    stamp = {"version": STAMP_VERSION, "seed": seed}
+    if _stamp(out) == stamp:
         return out
     config = model_config(name)
     if tokenizer_dir is None:
@@ -69,12 +72,22 @@ def ensure_dummy_model(name: str, *, tokenizer_dir: Path | None = None, seed: in
     shutil.rmtree(partial, ignore_errors=True)
     try:
         write_dummy_model(config, partial, tokenizer_dir, seed=seed)
+        (partial / STAMP).write_text(json.dumps(stamp))
+        if out.exists():  # stale: written by another version or seed
+            shutil.rmtree(out)
         partial.rename(out)
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)
-        if not (out / "config.json").is_file():  # not another process's rename that won
+        if _stamp(out) != stamp:  # not another process's rename that won
             raise
     return out
+
+
+def _stamp(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads((path / STAMP).read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def ensure_dummy_gguf(name: str, *, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:

@@ -131,6 +131,8 @@ def test_models_dummy_prints_the_cached_directory_and_its_gguf(
     # a cached directory is used as it is (here one written at tiny shapes in its place)
     cached = dummy_models.dummy_dir("Qwen3-0.6B")
     dummy_models.write_dummy_model(_tiny_config(tiny_dirs, "qwen3"), cached, tiny_dirs["qwen3"])
+    (cached / dummy_models.STAMP).write_text(json.dumps(
+        {"version": dummy_models.STAMP_VERSION, "seed": 0}))
     assert run("Qwen3-0.6B") == (0, f"{cached}\n")
     code, output = run("Qwen3-0.6B", "--gguf")
     gguf = cached / "Qwen3-0.6B-F16.gguf"
