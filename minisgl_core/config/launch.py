@@ -20,10 +20,10 @@ from minisgl_core import deprecated
 from minisgl_core.config import parallel, shorthands
 from minisgl_core.config import roles as config_roles
 from minisgl_core.did_you_mean import suggest
+from minisgl_core.kernels.schemes import QUANTIZATIONS
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
-QUANTIZATIONS = ("int8", "int8-wo", "int4")
 LOAD_FORMATS = ("auto", "dummy")  # vLLM's names: the model's safetensors, or random weights
 SPECULATIVE = ("ngram",)
 DP_POLICIES = ("cache_aware", "round_robin")

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minisgl_core.kernels import QUANTIZATIONS
+
 # Fallback KV pool size when num_pages is not given: enough for the context of a few requests
 # without pushing a 135M-parameter fp32 model's process past ~1.5 GiB.
 DEFAULT_KV_CACHE_BYTES = 384 * 1024 * 1024
@@ -79,8 +81,8 @@ class EngineConfig:
             raise ValueError("max_seq_len_override must be >= 2")
         if self.cache not in ("radix", "naive"):
             raise ValueError(f'cache must be "radix" or "naive", got {self.cache!r}')
-        if self.quantization not in (None, "int8", "int8-wo", "int4"):
-            raise ValueError('quantization must be "int8", "int8-wo", "int4" or None, got '
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)} or None, got "
                              f"{self.quantization!r}")
         if self.speculative is not None and self.speculative != "ngram":
             raise ValueError(f'speculative must be "ngram" or None, got {self.speculative!r}')

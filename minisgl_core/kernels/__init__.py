@@ -11,20 +11,58 @@ Layout (docs/architecture.md, "Adding a kernel"): ``matmul/`` the matmul kernels
 
 from __future__ import annotations
 
-from minisgl_core.kernels import cpu_features
-from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
-from minisgl_core.kernels.handles import new_handle
-from minisgl_core.kernels.linear import Linear
-from minisgl_core.kernels.matmul import choice
-from minisgl_core.kernels.matmul.base import BUCKETS, Kernel, bucket_of, padded_rows
-from minisgl_core.kernels.matmul.choice import Choice, choose
-from minisgl_core.kernels.matmul.dense import bf16_fast
-from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels
-from minisgl_core.kernels.matmul.w8a8 import QUANTIZATIONS, role_scheme
-from minisgl_core.kernels.matmul.weight_only import Int8Weight
-from minisgl_core.kernels.ops import paged_decode_attention, without_collectives
+import importlib
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved lazily below
+    from minisgl_core.kernels import cpu_features
+    from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
+    from minisgl_core.kernels.handles import new_handle
+    from minisgl_core.kernels.linear import Linear
+    from minisgl_core.kernels.matmul import choice
+    from minisgl_core.kernels.matmul.base import BUCKETS, Kernel, bucket_of, padded_rows
+    from minisgl_core.kernels.matmul.choice import Choice, choose
+    from minisgl_core.kernels.matmul.dense import bf16_fast
+    from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels
+    from minisgl_core.kernels.matmul.w8a8 import role_scheme
+    from minisgl_core.kernels.matmul.weight_only import Int8Weight
+    from minisgl_core.kernels.ops import paged_decode_attention, without_collectives
+    from minisgl_core.kernels.schemes import QUANTIZATIONS
+
+# name -> the module that defines it (a module's own name: the module itself)
+_WHERE = {
+    "cpu_features": "minisgl_core.kernels.cpu_features",
+    "choice": "minisgl_core.kernels.matmul.choice",
+    "Workspace": "minisgl_core.kernels.attention", "gathered": "minisgl_core.kernels.attention",
+    "sdpa_decode": "minisgl_core.kernels.attention",
+    "new_handle": "minisgl_core.kernels.handles",
+    "Linear": "minisgl_core.kernels.linear",
+    "BUCKETS": "minisgl_core.kernels.matmul.base", "Kernel": "minisgl_core.kernels.matmul.base",
+    "bucket_of": "minisgl_core.kernels.matmul.base",
+    "padded_rows": "minisgl_core.kernels.matmul.base",
+    "Choice": "minisgl_core.kernels.matmul.choice", "choose": "minisgl_core.kernels.matmul.choice",
+    "bf16_fast": "minisgl_core.kernels.matmul.dense",
+    "all_kernels": "minisgl_core.kernels.matmul.registry",
+    "fp32_kernels": "minisgl_core.kernels.matmul.registry",
+    "role_scheme": "minisgl_core.kernels.matmul.w8a8",
+    "Int8Weight": "minisgl_core.kernels.matmul.weight_only",
+    "paged_decode_attention": "minisgl_core.kernels.ops",
+    "without_collectives": "minisgl_core.kernels.ops",
+    "QUANTIZATIONS": "minisgl_core.kernels.schemes",
+}
 __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear", "Workspace",
            "all_kernels", "bf16_fast", "bucket_of", "choice", "choose", "cpu_features",
            "fp32_kernels", "gathered", "new_handle", "padded_rows", "paged_decode_attention",
            "role_scheme", "sdpa_decode", "without_collectives"]
+
+
+def __getattr__(name: str) -> Any:
+    # torch-free callers (the config, the CLI: cpu_features, schemes) import this package too:
+    # each name's module is imported when the name is first asked for
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'minisgl_core.kernels' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if module.rpartition(".")[2] == name else getattr(loaded, name)
+    globals()[name] = value
+    return value

@@ -28,9 +28,9 @@ import torch
 
 from minisgl_core.kernels import cpu_features
 from minisgl_core.kernels.matmul.base import Kernel, add_bias_residual
+from minisgl_core.kernels.schemes import QUANTIZATIONS
 
 log = logging.getLogger(__name__)
-QUANTIZATIONS = ("int8", "int8-wo", "int4")
 # Layers left in fp32 under --quantization int8, besides the embedding lookup (not a matmul):
 # the LM head and q/k/v. On the default model (perplexity over 1,024 tokens, docs/benchmarks.md)
 # every matmul in int8 cost +5.6%, all but the head +4.1%, all but head and q/k/v +1.3%: the
