@@ -89,30 +89,33 @@ def quiet_dialers(socks: list[pynng.Socket], reconnect_ms: int) -> None:
     dial each may have had in flight has ended (its outcome counted in its statistics), at
     most ``reconnect_ms`` (the back-off it may have armed) plus ``QUIET_CONNECT_S``."""
     dialers = [dialer for sock in socks for dialer in sock.dialers]
-    before = _dialer_stats(dialers)
-    waiting = [d for d, (pipes, _) in zip(dialers, before, strict=True) if not pipes]
+    waiting = [d for d, stats in zip(dialers, _dialer_stats(dialers), strict=True)
+               if stats is not None and not stats[0]]
     for dialer in waiting:
         dialer.reconnect_time_min = dialer.reconnect_time_max = QUIET_RECONNECT_MS
-    outcomes = {id(d): count for d, (_, count) in zip(dialers, before, strict=True)}
+    # counted after the change: an outcome counted from now on was followed by the long
+    # back-off, so no dial can be in flight after it
+    outcomes = [stats[1] if stats else 0 for stats in _dialer_stats(waiting)]
     deadline = time.monotonic() + reconnect_ms / 1000 + QUIET_CONNECT_S
     while waiting and time.monotonic() < deadline:
         time.sleep(0.002)
-        now = _dialer_stats(waiting)
-        waiting = [d for d, (pipes, count) in zip(waiting, now, strict=True)
-                   if not pipes and count <= outcomes[id(d)]]
+        still = [(d, before) for d, before, now in zip(waiting, outcomes, _dialer_stats(waiting),
+                                                       strict=True)
+                 if now is not None and not now[0] and now[1] <= before]
+        waiting, outcomes = [d for d, _ in still], [before for _, before in still]
 
 
-def _dialer_stats(dialers: list[pynng.Dialer]) -> list[tuple[int, int]]:
-    """(pipes, counted dial outcomes) of each dialer, from one snapshot."""
+def _dialer_stats(dialers: list[pynng.Dialer]) -> list[tuple[int, int] | None]:
+    """(pipes, counted dial outcomes) of each dialer, from one snapshot; None: it is gone."""
     lib, ffi = pynng.lib, pynng.ffi
     root = ffi.new("nng_stat **")
     pynng.check_err(lib.nng_stats_get(root))
     try:
-        out = []
+        out: list[tuple[int, int] | None] = []
         for dialer in dialers:
             node = lib.nng_stat_find_dialer(root[0], dialer.dialer)
             if node == ffi.NULL:
-                out.append((0, 0))
+                out.append(None)
                 continue
             pipes = stat_values(node, lib.NNG_STAT_LEVEL).get("pipes", 0)
             out.append((pipes, sum(stat_values(node, lib.NNG_STAT_COUNTER).values())))
