@@ -10,10 +10,16 @@ import typer
 
 from minisgl_core.bench.compare import compare_command
 from minisgl_core.bench.engine_vs_hf import offline_command
+from minisgl_core.bench.fleet import fleet_command
+from minisgl_core.bench.fleet_dp import dp_command
+from minisgl_core.bench.perplexity_http import perplexity_command
 from minisgl_core.bench.prefix import prefix_command
 from minisgl_core.bench.quality import quality_command
 from minisgl_core.bench.serve import serve_command
+from minisgl_core.bench.service_rss import rss_command
 from minisgl_core.bench.speculative import speculative_command
+from minisgl_core.bench.structured import structured_command
+from minisgl_core.bench.structured_speed import structured_speed_command
 from minisgl_core.bench.transport import transport_command
 from minisgl_core.bench.wo_kernels import kernels_command
 
@@ -26,6 +32,12 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "prefix": prefix_command,
     "serve": serve_command,
     "compare": compare_command,
+    "perplexity": perplexity_command,
+    "rss": rss_command,
+    "structured": structured_command,
+    "structured-speed": structured_speed_command,
+    "fleet": fleet_command,
+    "dp": dp_command,
 }
 
 

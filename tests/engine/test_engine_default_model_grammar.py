@@ -1,6 +1,6 @@
 """The default model under grammars: greedy answers are schema-valid JSON that ends with EOS.
 
-A few cases only; benchmarks/structured.py runs the 20 schemas and 20 tool sets through the
+A few cases only; `minisgl bench structured` runs the 20 schemas and 20 tool sets through the
 service and the official client.
 """
 

@@ -1,7 +1,8 @@
-"""Perplexity over HTTP: each model served by `minisgl launch`, scored with `/v1/completions`
-(`echo: true`, `logprobs: 0`, `max_tokens: 0`), as an evaluation harness scores text.
+"""``minisgl bench perplexity``: each model served by `minisgl launch`, scored with
+`/v1/completions` (`echo: true`, `logprobs: 0`, `max_tokens: 0`), as an evaluation harness
+scores text.
 
-    python benchmarks/perplexity_http.py [--model SPEC]... [--tokens 2048] [--json]
+    minisgl bench perplexity [--model SPEC]... [--tokens 2048] [--json]
 
 The text is `minisgl bench quality`'s (the running Python's help topics). Each model tokenizes
 it its own way (`POST /tokenize`, special tokens as its tokenizer adds them: Gemma's BOS), the
@@ -13,18 +14,17 @@ bits per UTF-8 byte of the text scored, which compares across them. Default mode
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
-import httpx
+import typer
 
 from minisgl_core.bench.quality import corpus_text
-from minisgl_core.testing.service import launch_service
 
 
 def default_models() -> list[str]:
@@ -40,6 +40,9 @@ def default_models() -> list[str]:
 
 
 def score(url: str, model: str, text: str, tokens: int) -> dict[str, object]:
+    """Perplexity and bits per byte of the first ``tokens`` ids of ``text`` on one server."""
+    import httpx
+
     ids = httpx.post(f"{url}/tokenize", json={"prompt": text}, timeout=120).json()["tokens"]
     ids = ids[:tokens]
     start = time.perf_counter()
@@ -57,6 +60,9 @@ def score(url: str, model: str, text: str, tokens: int) -> dict[str, object]:
 
 
 def main(models: list[str], tokens: int, as_json: bool) -> int:
+    """Launch each model in turn, score it, print a line (or JSON object) per model."""
+    from minisgl_core.testing.service import launch_service
+
     text = corpus_text()
     rows = []
     with tempfile.TemporaryDirectory() as logs:
@@ -74,11 +80,13 @@ def main(models: list[str], tokens: int, as_json: bool) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", dest="models",
-                        help="a --model spec (repeat); default: SmolLM2 and Gemma 3 270M")
-    parser.add_argument("--tokens", type=int, default=2048, help="tokens scored per model")
-    parser.add_argument("--json", action="store_true", help="one JSON object per model")
-    args = parser.parse_args()
-    raise SystemExit(main(args.models or default_models(), args.tokens, args.json))
+def perplexity_command(
+    model: Annotated[list[str] | None, typer.Option(
+        help="A `minisgl launch --model` spec (repeat; default: SmolLM2 and Gemma 3 270M).")
+    ] = None,
+    tokens: Annotated[int, typer.Option(min=2, help="Tokens scored per model.")] = 2048,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON object per model.")] = False,
+) -> None:
+    """Perplexity over HTTP: each model served by `minisgl launch` and scored through
+    /v1/completions (echo, logprobs), with bits per byte to compare across tokenizers."""
+    raise typer.Exit(main(model or default_models(), tokens, json_))

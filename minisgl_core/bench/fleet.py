@@ -1,6 +1,7 @@
-"""One synthetic-scheduler service vs two behind sglang-router (round_robin), same run.
+"""``minisgl bench fleet``: one synthetic-scheduler service vs two behind sglang-router
+(round_robin), same run.
 
-Usage: .venv/bin/python benchmarks/fleet.py [--tokens-per-s 50] [--max-running 8]
+Usage: minisgl bench fleet [--tokens-per-s 50] [--max-running 8]
 Each service answers at ``tokens_per_s`` per request with at most ``max_running`` requests in
 its batch, so a service has a fixed capacity and a second one behind the router adds its own;
 ``--tokens-per-s 0`` runs the synthetic scheduler at full speed (then the host's cores, shared
@@ -9,22 +10,21 @@ by every process, are the limit). Needs the router extra (docs/scale-out.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated, Any
 
-import httpx
+import typer
 
-from minisgl_core.testing.service import free_port, launch_service
-from minisgl_core.testing.tiny import make_tiny_model
+from minisgl_core.bench.options import extra_needed
 
 
 def bench(url: str, model: str, concurrency: list[int], requests: int,
-          max_tokens: int) -> list[dict]:
+          max_tokens: int) -> list[dict[str, Any]]:
     """`minisgl bench serve --json` against ``url``: one dict per concurrency level."""
     # --model: the router's /v1/models answers as text/plain, which bench serve refuses
     cmd = [sys.executable, "-m", "minisgl_core", "bench", "serve", "--url", url, "--json",
@@ -38,21 +38,31 @@ def bench(url: str, model: str, concurrency: list[int], requests: int,
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens-per-s", type=float, default=50.0)
-    ap.add_argument("--max-running", type=int, default=8)
-    ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--concurrency", type=int, action="append")
-    args = ap.parse_args()
-    levels = args.concurrency or [8, 32]
+def fleet_command(
+    tokens_per_s: Annotated[float, typer.Option(
+        help="Tokens a second per request of each service (0: full speed).")] = 50.0,
+    max_running: Annotated[int, typer.Option(
+        min=1, help="Requests at most in each service's batch.")] = 8,
+    requests: Annotated[int, typer.Option(min=1, help="Requests per level.")] = 64,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request.")] = 32,
+    concurrency: Annotated[list[int] | None, typer.Option(
+        help="Requests in flight at once (repeat; default 8 and 32).")] = None,
+) -> None:
+    """One synthetic-scheduler service against two behind sglang-router (round_robin), same
+    run: output tok/s, TTFT and req/s per concurrency level (needs the router extra)."""
+    extra_needed("sglang_router", "router")
+    import httpx
+
+    from minisgl_core.testing.service import free_port, launch_service
+    from minisgl_core.testing.tiny import make_tiny_model
+
+    levels = concurrency or [8, 32]
     tmp = Path(tempfile.mkdtemp(prefix="minisgl-fleet-"))
     model = str(make_tiny_model(tmp / "tiny", "llama"))
-    extra = ["--scheduler", "synthetic", "-s", f"max_running_requests={args.max_running}",
+    extra = ["--scheduler", "synthetic", "-s", f"max_running_requests={max_running}",
              "--max-seq-len-override", "1024"]
-    if args.tokens_per_s > 0:
-        extra += ["-s", f"roles.scheduler.synthetic.tokens_per_s={args.tokens_per_s}"]
+    if tokens_per_s > 0:
+        extra += ["-s", f"roles.scheduler.synthetic.tokens_per_s={tokens_per_s}"]
     services = [launch_service(model, log_dir=tmp, args=extra) for _ in range(2)]
     port = free_port()
     router = subprocess.Popen(
@@ -74,10 +84,10 @@ def main() -> None:
             time.sleep(0.2)
         name = services[0].model_name()
         print("router /v1/models:", httpx.get(router_url + "/v1/models", timeout=10).text)
-        rows = {"one service": bench(services[0].url, name, levels, args.requests,
-                                     args.max_tokens),
-                "two behind the router": bench(router_url, name, levels, args.requests,
-                                               args.max_tokens)}
+        rows = {"one service": bench(services[0].url, name, levels, requests,
+                                     max_tokens),
+                "two behind the router": bench(router_url, name, levels, requests,
+                                               max_tokens)}
         print("| setup | concurrency | output tok/s | TTFT p50 ms | req/s |")
         print("|---|---|---|---|---|")
         for name, levels_out in rows.items():
@@ -91,6 +101,3 @@ def main() -> None:
         for s in services:
             s.stop()
 
-
-if __name__ == "__main__":
-    main()

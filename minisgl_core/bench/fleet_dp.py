@@ -1,7 +1,8 @@
-"""`--dp 2` (1 thread each) vs `--dp 1` (2 threads) on the default model, and the prefix-cache hit
-rate of affinity vs round-robin dispatch on a shared-system-prompt workload, same run.
+"""``minisgl bench dp``: `--dp 2` (1 thread each) vs `--dp 1` (2 threads) on the default model,
+and the prefix-cache hit rate of affinity vs round-robin dispatch on a shared-system-prompt
+workload, same run.
 
-Usage: .venv/bin/python benchmarks/fleet_dp.py [--concurrency 1 --concurrency 8 ...]
+Usage: minisgl bench dp [--concurrency 1 --concurrency 8 ...]
 Throughput: `minisgl bench serve` at each concurrency (``--waves`` x concurrency requests per
 level, at least 4) against one service at a time, both setups at a level one after the other.
 Hit rate: ``--systems`` system prompts of ~``--system-words`` words, each asked
@@ -12,17 +13,18 @@ cache supplied (``prefix_cache_hit_tokens_total / scheduler_prompt_tokens_total`
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
+import typer
 
-from minisgl_core.testing.service import RunningService, launch_service
+if TYPE_CHECKING:
+    from minisgl_core.testing.service import RunningService
 
 COMMON = ["--max-seq-len-override", "2048"]
 SETUPS = {"--dp 1, 2 threads": ["-s", "num_threads=2"],
@@ -33,6 +35,8 @@ HIT_SETUPS = {"--dp 1": [], "--dp 2 cache_aware": ["--dp", "2"],
 
 def hit_rate(svc: RunningService, systems: int, per_system: int, words: int) -> float:
     """Prefix-cache hit rate of a shared-system-prompt workload (new tokens only)."""
+    import httpx
+
     model = svc.model_name()
     text = ("You are a helpful assistant for a small shop that sells tea, books and bicycles. "
             "Answer briefly and politely, and never invent prices. ").split()
@@ -57,7 +61,7 @@ def hit_rate(svc: RunningService, systems: int, per_system: int, words: int) -> 
     return delta("prefix_cache_hit_tokens_total") / delta("scheduler_prompt_tokens_total")
 
 
-def serve(url: str, model: str, c: int, requests: int, max_tokens: int) -> dict:
+def serve(url: str, model: str, c: int, requests: int, max_tokens: int) -> dict[str, Any]:
     """`minisgl bench serve --json` at one level; its row even when some requests failed."""
     cmd = [sys.executable, "-m", "minisgl_core", "bench", "serve", "--url", url, "--json",
            "--model", model, "--requests", str(requests), "--max-tokens", str(max_tokens),
@@ -69,23 +73,30 @@ def serve(url: str, model: str, c: int, requests: int, max_tokens: int) -> dict:
     return rows[0]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--concurrency", type=int, action="append")
-    ap.add_argument("--waves", type=int, default=2, help="requests per level: waves x c (>= 4)")
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--systems", type=int, default=8)
-    ap.add_argument("--per-system", type=int, default=6)
-    ap.add_argument("--system-words", type=int, default=120)
-    args = ap.parse_args()
-    levels = args.concurrency or [1, 8, 32]
+def dp_command(
+    concurrency: Annotated[list[int] | None, typer.Option(
+        help="Requests in flight at once (repeat; default 1, 8 and 32).")] = None,
+    waves: Annotated[int, typer.Option(
+        min=1, help="Requests per level: waves x concurrency (at least 4).")] = 2,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request.")] = 32,
+    systems: Annotated[int, typer.Option(min=1, help="Hit rate: system prompts.")] = 8,
+    per_system: Annotated[int, typer.Option(
+        min=1, help="Hit rate: questions per system prompt.")] = 6,
+    system_words: Annotated[int, typer.Option(
+        min=1, help="Hit rate: words per system prompt.")] = 120,
+) -> None:
+    """--dp 2 against --dp 1 on the default model (throughput per concurrency level) and the
+    prefix-cache hit rate of each dispatch policy, same run."""
+    from minisgl_core.testing.service import launch_service
+
+    levels = concurrency or [1, 8, 32]
     tmp = Path(tempfile.mkdtemp(prefix="minisgl-dp-"))
     # each row is printed as soon as it is measured, so a run cut short keeps what it measured
     print("| setup | prefix-cache hit rate |\n|---|---|", flush=True)
     for name, extra in HIT_SETUPS.items():
         svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
         try:
-            rate = hit_rate(svc, args.systems, args.per_system, args.system_words)
+            rate = hit_rate(svc, systems, per_system, system_words)
         finally:
             svc.stop()
         print(f"| {name} | {rate:.1%} |", flush=True)
@@ -95,12 +106,9 @@ def main() -> None:
         for name, extra in SETUPS.items():
             svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
             try:
-                r = serve(svc.url, svc.model_name(), c, max(4, args.waves * c), args.max_tokens)
+                r = serve(svc.url, svc.model_name(), c, max(4, waves * c), max_tokens)
             finally:
                 svc.stop()
             print(f"| {name} | {c} | {r['output_tok_s']:.1f} | {r['ttft_p50_ms']:.0f}"
                   f" | {r['req_s']:.2f} | {r['failures']} |", flush=True)
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,5 @@
-"""Resident memory of every process of a launched service, after it served each kind of call.
-
-    python benchmarks/service_rss.py [--model DIR] [--json] [-- extra minisgl launch args]
+"""``minisgl bench rss``: resident memory of every process of a launched service, after it
+served each kind of call.
 
 Starts `minisgl launch` on a free port, waits for /health, then sends a chat request, a
 /tokenize of a chat with tools and a /detokenize, loads the page and its /v1/engine/info, and
@@ -10,15 +9,12 @@ libtorch or the tokenizers library, and the total; stops the service.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
+from typing import Annotated, Any
 
-import httpx
-import psutil
-
-from minisgl_core.testing.service import launch_service
+import typer
 
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -27,6 +23,8 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 def exercise(url: str) -> None:
     """One call of each kind a frontend serves: chat, /tokenize, /detokenize, the page, tools."""
+    import httpx
+
     calls = [("POST", "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 8,
                                                "temperature": 0}),
              ("POST", "/tokenize", {"messages": MESSAGES, "tools": TOOLS}),
@@ -38,8 +36,12 @@ def exercise(url: str) -> None:
         httpx.request(method, url + path, json=body, timeout=300).raise_for_status()
 
 
-def measure(model: str, args: list[str]) -> list[dict[str, object]]:
+def measure(model: str, args: list[str]) -> list[dict[str, Any]]:
     """One row per process of the service (the launcher first)."""
+    import psutil
+
+    from minisgl_core.testing.service import launch_service
+
     with tempfile.TemporaryDirectory() as logs:
         svc = launch_service(model, args=args, log_dir=Path(logs))
         try:
@@ -58,17 +60,19 @@ def measure(model: str, args: list[str]) -> list[dict[str, object]]:
             svc.stop()
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default", help="model directory (default: SmolLM2)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per process")
-    parser.add_argument("launch_args", nargs="*", help="extra `minisgl launch` arguments")
-    ns = parser.parse_args()
-    table = measure(ns.model, ns.launch_args)
+def rss_command(
+    model: Annotated[str, typer.Option(help="Model directory or name.")] = "default",
+    json_: Annotated[bool, typer.Option("--json", help="One JSON object per process.")] = False,
+    launch_args: Annotated[list[str] | None, typer.Argument(
+        help="Extra `minisgl launch` arguments (after --).")] = None,
+) -> None:
+    """Resident memory of every process of a launched service after it served each kind of
+    call (chat, tokenize, detokenize, the page, tools), and the total."""
+    table = measure(model, launch_args or [])
     for row in table:
-        print(json.dumps(row) if ns.json else
-              f"{row['process']:48s} {row['rss_mib']:8.1f} MiB  libtorch={row['libtorch']}"
-              f"  tokenizers={row['tokenizers']}")
-    total = sum(float(r["rss_mib"]) for r in table)  # type: ignore[arg-type]
-    print(json.dumps({"total_rss_mib": round(total, 1)}) if ns.json else
-          f"{'total':48s} {total:8.1f} MiB")
+        typer.echo(json.dumps(row) if json_ else
+                   f"{row['process']:48s} {row['rss_mib']:8.1f} MiB  libtorch={row['libtorch']}"
+                   f"  tokenizers={row['tokenizers']}")
+    total = sum(float(r["rss_mib"]) for r in table)
+    typer.echo(json.dumps({"total_rss_mib": round(total, 1)}) if json_ else
+               f"{'total':48s} {total:8.1f} MiB")

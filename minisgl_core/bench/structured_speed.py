@@ -1,21 +1,23 @@
-"""What a grammar costs per token: `minisgl bench serve` with and without a JSON schema.
+"""``minisgl bench structured-speed``: what a grammar costs per token, `minisgl bench serve`'s
+load with and without a JSON schema.
 
 Three runs against one service (the default model unless ``--url``), each at concurrency 8:
 every request free, every request constrained by SCHEMA (``--extra-body``), and 4 free + 4
 constrained clients at the same time (two bench loads sharing the batch). Prints TPOT p50 of each
 and the ratios the targets name: constrained / free, and free-beside-constrained / free.
 
-    .venv/bin/python benchmarks/structured_speed.py [--url URL] [--requests 16] [--max-tokens 64]
+    minisgl bench structured-speed [--url URL] [--requests 16] [--max-tokens 64]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from minisgl_core.bench.serve import run_serve
 
@@ -47,31 +49,27 @@ async def measure(url: str, requests: int, max_tokens: int) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", help="an already running service (default: start one)")
-    parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    args = parser.parse_args()
+def structured_speed_command(
+    url: Annotated[str | None, typer.Option(
+        help="An already running service (default: start one on the default model).")] = None,
+    requests: Annotated[int, typer.Option(min=1, help="Requests per load.")] = 16,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens generated per request.")] = 64,
+) -> None:
+    """What a grammar costs per token: TPOT of free, JSON-schema constrained and mixed loads at
+    concurrency 8, and their ratios."""
     svc = None
-    url = args.url
     if url is None:
         from minisgl_core.testing.service import launch_service
 
         svc = launch_service("default", log_dir=Path(tempfile.mkdtemp()), timeout=600)
         url = svc.url
     try:
-        result = asyncio.run(measure(url.rstrip("/"), args.requests, args.max_tokens))
+        result = asyncio.run(measure(url.rstrip("/"), requests, max_tokens))
     finally:
         if svc is not None:
             svc.stop()
     for name in ("free", "constrained", "mixed_free", "mixed_constrained"):
         r = result[name]
-        print(f"{name:<18} TPOT p50 {r['tpot_p50_ms']:8.1f} ms  p99 {r['tpot_p99_ms']:8.1f} ms"
-              f"  out tok/s {r['output_tok_s']:7.1f}  failures {r['failures']}")
-    print(json.dumps({k: round(v, 3) for k, v in result.items() if k.endswith("_tpot")}))
-
-
-if __name__ == "__main__":
-    main()
+        typer.echo(f"{name:<18} TPOT p50 {r['tpot_p50_ms']:8.1f} ms  p99 {r['tpot_p99_ms']:8.1f}"
+                   f" ms  out tok/s {r['output_tok_s']:7.1f}  failures {r['failures']}")
+    typer.echo(json.dumps({k: round(v, 3) for k, v in result.items() if k.endswith("_tpot")}))

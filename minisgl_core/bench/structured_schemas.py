@@ -1,4 +1,4 @@
-"""The 20 response schemas and 20 tool sets `benchmarks/structured.py` runs on the default model."""
+"""The 20 response schemas and 20 tool sets `minisgl bench structured` runs on the default model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Structured outputs and tool calls on the default model, with the official `openai` client.
+"""``minisgl bench structured``: structured outputs and tool calls on the default model, with the
+official `openai` client.
 
 Runs the 20 response schemas of structured_schemas.py through ``client.chat.completions.parse``
 (every answer must parse into its pydantic model), the 20 tool sets with ``tool_choice`` set to
@@ -6,22 +7,23 @@ Runs the 20 response schemas of structured_schemas.py through ``client.chat.comp
 checked with ``jsonschema``), and one ``auto`` round trip: the model calls a tool, gets a
 ``role: "tool"`` answer, and replies. Starts its own service unless ``--url`` is given.
 
-    .venv/bin/python benchmarks/structured.py [--url http://127.0.0.1:8000] [--json]
+    minisgl bench structured [--url http://127.0.0.1:8000] [--json]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import jsonschema
-from openai import OpenAI
-from structured_schemas import SCHEMAS, TOOLSETS, WEATHER
+import typer
+
+from minisgl_core.bench.options import extra_needed
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 MAX_TOKENS = 400
 
@@ -42,6 +44,8 @@ def parse_one(client: OpenAI, model: str, item: tuple[type, str]) -> dict[str, A
 
 def call_one(client: OpenAI, model: str, tools: list[dict[str, Any]], prompt: str,
              choice: Any, parallel: bool) -> dict[str, Any]:
+    import jsonschema
+
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
     label = choice if isinstance(choice, str) else choice["function"]["name"]
     try:
@@ -64,6 +68,8 @@ def round_trip(client: OpenAI, model: str) -> dict[str, Any]:
     """auto: a call, its result as a tool message, then the model's answer. A model that does
     not call under auto (the 135M default often answers in prose) is asked again with
     ``required``, so the tool answer still goes back under auto; ``auto_called`` says which."""
+    from minisgl_core.bench.structured_schemas import WEATHER
+
     messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris today?"}]
     out: dict[str, Any] = {}
     for choice in ("auto", "required"):
@@ -93,6 +99,12 @@ def round_trip(client: OpenAI, model: str) -> dict[str, Any]:
 
 
 def run(url: str, json_out: bool, parts: str = "schemas,tools,trip") -> int:
+    """Every part asked for against ``url``; print each answer (or one JSON document) and the
+    summary; 1 unless every schema parsed and every tool call validated."""
+    from openai import OpenAI
+
+    from minisgl_core.bench.structured_schemas import SCHEMAS, TOOLSETS
+
     client = OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=900)
     model = client.models.list().data[0].id
     with ThreadPoolExecutor(8) as pool:
@@ -126,25 +138,24 @@ def run(url: str, json_out: bool, parts: str = "schemas,tools,trip") -> int:
     return 0 if ok else 1
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", help="an already running service (default: start one)")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--parts", default="schemas,tools,trip",
-                        help="comma list of schemas, tools, trip")
-    args = parser.parse_args()
-    if args.url:
-        sys.exit(run(args.url.rstrip("/"), args.json, args.parts))
+def structured_command(
+    url: Annotated[str | None, typer.Option(
+        help="An already running service (default: start one on the default model).")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    parts: Annotated[str, typer.Option(help="Comma list of schemas, tools, trip.")] = (
+        "schemas,tools,trip"),
+) -> None:
+    """Structured outputs and tool calls through the official `openai` client: 20 response
+    schemas, 20 tool sets and an auto round trip; exit 1 if an answer does not validate."""
+    extra_needed("openai", "bench")
+    extra_needed("jsonschema", "bench")
+    if url:
+        raise typer.Exit(run(url.rstrip("/"), json_, parts))
     from minisgl_core.testing.service import launch_service
 
     svc = launch_service("default", log_dir=Path(tempfile.mkdtemp()), timeout=600)
     try:
-        code = run(svc.url, args.json, args.parts)
+        code = run(svc.url, json_, parts)
     finally:
         svc.stop()
-    sys.exit(code)
-
-
-if __name__ == "__main__":
-    main()
+    raise typer.Exit(code)

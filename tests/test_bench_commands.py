@@ -1,0 +1,125 @@
+"""Every `minisgl bench` command: its help, and one real run on the smallest input for those no
+other test file runs through the command line (tiny models, a couple of requests). Left to
+their help: the commands whose benchmark other files run (offline, quality, speculative,
+kernels, serve, compare), and those that need the default model or a router (structured, dp,
+fleet)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from minisgl_core.cli.app import make_app
+from minisgl_core.cli.bench_commands import COMMANDS
+from minisgl_core.plugin.loading import build_manager
+from minisgl_core.testing.service import RunningService, launch_service
+
+SERVICE_ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from minisgl_core.testing.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama", "llama")
+
+
+@pytest.fixture(scope="module")
+def service(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[RunningService]:
+    svc = launch_service(str(tiny_model), args=SERVICE_ARGS,
+                         log_dir=tmp_path_factory.mktemp("logs"))
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+def bench(*args: str) -> tuple[int, str]:
+    """``minisgl bench ARGS`` in this process: exit code and what it printed."""
+    result = runner.invoke(make_app(build_manager(), plugin_commands=False), ["bench", *args])
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+def json_lines(output: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_every_benchmark_is_a_bench_command() -> None:
+    assert set(COMMANDS) == {"transport", "offline", "quality", "speculative", "kernels",
+                             "prefix", "serve", "compare", "perplexity", "rss", "structured",
+                             "structured-speed", "fleet", "dp"}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help(name: str) -> None:
+    code, output = bench(name, "--help")
+    assert code == 0, output
+    assert f"minisgl bench {name}" in output
+
+
+def test_transport_repeat_reports_medians() -> None:
+    code, output = bench("transport", "--transport", "inproc", "--size", "64", "--duration",
+                         "0.05", "--repeat", "2", "--json")
+    assert code == 0, output
+    rows = json_lines(output)
+    assert {(r["transport"], r["mode"]) for r in rows} >= {("inproc", "sync"),
+                                                           ("inproc", "async")}
+    assert all(r["size"] == 64 and r["round_trips"] > 0 for r in rows)
+
+
+def test_prefix_chats_takes_the_workload_options(tiny_model: Path) -> None:
+    code, output = bench("prefix", "--chats", "--model", str(tiny_model), "--requests", "2",
+                         "--system-tokens", "40", "--max-tokens", "2", "--arrival", "sequential",
+                         "--threads", "1", "--json")
+    assert code == 0, output  # radix gave the same greedy tokens as naive
+    rows = json_lines(output)
+    assert sorted(r["cache"] for r in rows) == ["naive", "radix"]
+    assert {(r["arrival"], r["requests"]) for r in rows} == {("sequential", 2)}
+    naive, radix = sorted(rows, key=lambda r: str(r["cache"]))
+    assert naive["prompt_tokens"] == radix["prompt_tokens"] > 2 * 40
+    assert radix["prefill_tokens"] < naive["prefill_tokens"]  # the second reuses the system prompt
+
+
+def test_prefix_refuses_an_unknown_arrival() -> None:
+    code, output = bench("prefix", "--chats", "--arrival", "bursty")
+    assert code == 2
+    assert "sequential or burst" in output
+
+
+def test_rss_reports_each_process_and_the_total(tiny_model: Path) -> None:
+    code, output = bench("rss", "--model", str(tiny_model), "--json", "--", *SERVICE_ARGS)
+    assert code == 0, output
+    *processes, total = json_lines(output)
+    assert len(processes) >= 2  # the launcher and its children
+    assert all(float(p["rss_mib"]) > 0 for p in processes)  # type: ignore[arg-type]
+    assert total["total_rss_mib"] == pytest.approx(
+        sum(float(p["rss_mib"]) for p in processes), abs=0.1)  # type: ignore[arg-type]
+
+
+def test_perplexity_scores_a_served_model(tiny_model: Path) -> None:
+    code, output = bench("perplexity", "--model", str(tiny_model), "--tokens", "64", "--json")
+    assert code == 0, output
+    (row,) = json_lines(output)
+    assert row["tokens"] == 64
+    assert float(row["perplexity"]) > 1  # type: ignore[arg-type]
+    assert float(row["bits_per_byte"]) > 0  # type: ignore[arg-type]
+
+
+def test_structured_speed_against_a_running_service(service: RunningService) -> None:
+    code, output = bench("structured-speed", "--url", service.url, "--requests", "2",
+                         "--max-tokens", "4")
+    assert code == 0, output
+    for name in ("free", "constrained", "mixed_free", "mixed_constrained"):
+        assert any(line.startswith(name + " ") for line in output.splitlines()), name
+    (ratios,) = json_lines(output)
+    assert set(ratios) == {"constrained_vs_free_tpot", "free_beside_constrained_vs_free_tpot",
+                           "mixed_constrained_vs_mixed_free_tpot"}
+
