@@ -65,6 +65,18 @@ def test_help(name: str) -> None:
     assert f"minisgl bench {name}" in output
 
 
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["offline", "--quantization", "int9"], '--quantization must be fp32, int8, int8-wo or int4'),
+    (["speculative", "--dtype", "float23"], '--dtype must be float32, bfloat16 or auto'),
+    (["quality", "--peer", "vllm"], '--peer must be llamacpp'),
+    (["kernels", "--isa", "neon"], '--isa must be c, avx2 or avx512'),
+    (["transport", "--endpoints", "udp"], '--endpoints must be ipc or tcp'),
+])
+def test_bad_options_are_refused_before_anything_loads(args: list[str], message: str) -> None:
+    code, output = bench(*args)
+    assert (code, message in output) == (2, True), output
+
 def test_transport_repeat_reports_medians() -> None:
     code, output = bench("transport", "--transport", "inproc", "--size", "64", "--duration",
                          "0.05", "--repeat", "2", "--json")

@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
+from minisgl_core.kernels.schemes import QUANTIZATIONS
+
 EXIT_USAGE = 2  # a bad option: nothing was measured
-SCHEMES = ("fp32", "none", "int8", "int8-wo", "int4")  # --quantization; fp32 and none: no scheme
+UNQUANTIZED = ("fp32", "none")  # --quantization values that name no scheme
 DTYPES = ("float32", "bfloat16", "auto")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -23,10 +25,11 @@ def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
 def quantizations(values: list[str]) -> list[str | None]:
     """``--quantization`` values as the engine takes them: fp32 (or none) is None."""
     chosen: list[str | None] = []
+    named = ", ".join((UNQUANTIZED[0], *QUANTIZATIONS[:-1])) + f" or {QUANTIZATIONS[-1]}"
     for q in values:
-        if q not in SCHEMES:
-            raise fail(f'--quantization must be fp32, int8, int8-wo or int4, got "{q}"')
-        chosen.append(None if q in ("fp32", "none") else q)
+        if q not in (*UNQUANTIZED, *QUANTIZATIONS):
+            raise fail(f'--quantization must be {named}, got "{q}"')
+        chosen.append(None if q in UNQUANTIZED else q)
     return chosen
 
 
