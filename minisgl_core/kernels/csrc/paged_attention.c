@@ -17,6 +17,7 @@
  * the 2-core AMX Xeon of docs/benchmarks.md) */
 #pragma GCC optimize("associative-math", "no-signed-zeros", "no-trapping-math", "reciprocal-math")
 #endif
+#include "minisgl_kernels.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -30,33 +30,13 @@
 #include <unordered_map>
 #include <vector>
 
-extern "C" {
-void wo_int8(const float *x, int T, int in, const int8_t *q, const float *scale, int out,
-             float *y, int threads, int isa);
-void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *scale,
-             const uint16_t *mn, int out, float *y, int threads, int isa);
-int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
-                 const uint16_t *mn, int out, float *y, int threads);
-int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
-                         int a, int b, uint16_t *out, int threads);
-int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
-                const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
-                int threads);
-int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
-                void *y, int y_bf16, const void *residual, int threads);
-int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, void *y,
-                int y_bf16, const void *residual, int threads);
-int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
-              const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
-              void *out, int isa);
-int wo_best_isa(void);
-}
+#include "minisgl_kernels.h"
 
 namespace {
 
-constexpr int kBuckets = 4;
-constexpr int64_t kBucketTop[kBuckets - 1] = {2, 16, 64};  // linear.py's _BUCKET_TOP
-constexpr int64_t kTileElems = 1 << 20;                     // wo_quant.py's TILE_ELEMS
+constexpr int kBuckets = MINISGL_BUCKETS;
+constexpr int64_t kBucketTop[kBuckets - 1] = MINISGL_BUCKET_TOP;
+constexpr int64_t kTileElems = MINISGL_TILE_ELEMS;
 
 enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
                   Int8WODequant, Int4Dequant };

@@ -15,6 +15,7 @@
  * each thread configures its tiles and releases them at the end of the call.
  */
 #define _GNU_SOURCE  /* syscall() */
+#include "minisgl_kernels.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -12,6 +12,7 @@
  * for inputs that already are bf16 (the engine computing in bf16), rounded nowhere else.
  * wo_int4_dequant_bf16 writes a tile of the weight as bf16 instead, for AMX's GEMM from 32 rows.
  */
+#include "minisgl_kernels.h"
 #include <stdint.h>
 #include <stdlib.h>
 

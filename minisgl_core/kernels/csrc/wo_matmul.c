@@ -8,6 +8,7 @@
  * that row while it sits in L1. Output rows are split across threads with OpenMP. isa: 0 plain C,
  * 1 AVX2+FMA, 2 AVX-512; the caller picks (wo_best_isa says what the CPU runs).
  */
+#include "minisgl_kernels.h"
 #include <stdint.h>
 #include <stdlib.h>
 

@@ -13,15 +13,17 @@ import ctypes
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 CSRC = Path(__file__).parent.parent / "csrc"
 SOURCES = tuple(CSRC / n for n in ("wo_matmul.c", "wo_int4_bf16.c", "wo_amx.c",
                                    "paged_attention.c"))
-HEADERS = (CSRC / "cpu_features.h",)  # in the build key, as the sources are
+HEADERS = (CSRC / "cpu_features.h", CSRC / "minisgl_kernels.h")  # in the build key too
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
 # has already loaded (same soname): one thread pool, not two spinning against each other.
@@ -81,28 +83,26 @@ def run_compiler(cmd: list[str], timeout: float = 300.0) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-600:]}")
 
 
+_CTYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "void": None}
+
+
+def prototypes(header: Path | None = None) -> dict[str, tuple[Any, list[Any]]]:
+    """name -> (restype, argtypes) of every function ``minisgl_kernels.h`` declares: the one
+    list of entry points, read rather than written out again here."""
+    text = re.sub(r"/\*.*?\*/", "", (header or CSRC / "minisgl_kernels.h").read_text(), flags=re.S)
+    found: dict[str, tuple[Any, list[Any]]] = {}
+    for ret, name, args in re.findall(r"^(int|void|float)\s+(\w+)\(([^)]*)\);", text,
+                                      flags=re.M):
+        params = [a.strip() for a in args.split(",") if a.strip() and a.strip() != "void"]
+        found[name] = (_CTYPES[ret], [ctypes.c_void_p if "*" in a else
+                                      _CTYPES[a.split()[-2]] for a in params])
+    return found
+
+
 def _bind(lib: ctypes.CDLL) -> None:
-    p, i = ctypes.c_void_p, ctypes.c_int
-    lib.wo_best_isa.restype = i
-    lib.wo_best_isa.argtypes = []
-    lib.wo_int8.restype = None
-    lib.wo_int8.argtypes = [p, i, i, p, p, i, p, i, i]
-    lib.wo_int4.restype = None
-    lib.wo_int4.argtypes = [p, i, i, p, p, p, i, p, i, i]
-    lib.wo_int4_bf16.restype = i
-    lib.wo_int4_bf16.argtypes = [p, i, i, p, p, p, i, p, i]
-    lib.wo_int4_dequant_bf16.restype = i
-    lib.wo_int4_dequant_bf16.argtypes = [p, p, p, i, i, i, p, i]
-    lib.wo_has_amx.restype = i
-    lib.wo_has_amx.argtypes = []
-    lib.wo_amx_int4.restype = i
-    lib.wo_amx_int4.argtypes = [p, i, i, p, p, p, i, p, i, p, i]
-    lib.wo_amx_int8.restype = i
-    lib.wo_amx_int8.argtypes = [p, i, i, p, p, i, p, i, p, i]
-    lib.wo_amx_bf16.restype = i
-    lib.wo_amx_bf16.argtypes = [p, i, i, p, i, p, i, p, i]
-    lib.pa_decode.restype = i
-    lib.pa_decode.argtypes = [p, p, p, p, p, i, i, i, i, i, ctypes.c_float, i, p, i]
+    for name, (restype, argtypes) in prototypes().items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
 
 
 def library() -> ctypes.CDLL | None:

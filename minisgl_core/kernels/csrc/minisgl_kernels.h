@@ -1,0 +1,63 @@
+/* Every entry point of the native library and the constants it shares with Python: the one list.
+ *
+ * Each C source includes it (the compiler checks each definition against its declaration), the
+ * C++ operators (torch_ops.cpp) include it, and the ctypes bindings are read from it
+ * (kernels/native/library.py): a new kernel is declared here once. Types: pointers, int, float,
+ * void only; one declaration per prototype, ending in ");".
+ * isa: 0 plain C, 1 AVX2+FMA, 2 AVX-512 (wo_best_isa: the widest allowed here).
+ */
+#ifndef MINISGL_KERNELS_H
+#define MINISGL_KERNELS_H
+
+#include <stdint.h>
+
+/* Row buckets: rows <= 2 run bucket 0, <= 16 bucket 1, <= 64 bucket 2, else bucket 3
+ * (kernels/matmul/base.py's BUCKETS and _BUCKET_TOP; a test checks they agree) */
+#define MINISGL_BUCKETS 4
+#define MINISGL_BUCKET_TOP {2, 16, 64}
+/* weights dequantized at a time by the *-dequant kernels (matmul/weight_only.py's TILE_ELEMS) */
+#define MINISGL_TILE_ELEMS (1 << 20)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* what the CPU runs, narrowed by MINISGL_CPU_FEATURES (cpu_features.h) */
+int wo_best_isa(void);
+int wo_has_bf16(void);
+int wo_has_amx(void);
+
+/* weight-only matmuls, fp32 x and y (wo_matmul.c) */
+void wo_int8(const float *x, int T, int in, const int8_t *q, const float *scale, int out,
+             float *y, int threads, int isa);
+void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+             const uint16_t *mn, int out, float *y, int threads, int isa);
+
+/* int4 against bf16 inputs on AVX512-BF16's dot product, and its tile dequantizer
+ * (wo_int4_bf16.c); 0 done, -1 not on this CPU */
+int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+                 const uint16_t *mn, int out, float *y, int threads);
+int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
+                         int a, int b, uint16_t *out, int threads);
+
+/* int4, int8 and bf16 weights on AMX's tile multiply, bf16 inputs (wo_amx.c); 0 done, -1 not
+ * on this CPU */
+int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+                const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                int threads);
+int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
+                void *y, int y_bf16, const void *residual, int threads);
+int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, void *y,
+                int y_bf16, const void *residual, int threads);
+
+/* decode attention read from the KV pages in place (paged_attention.c); 0 done, else the caller
+ * falls back to SDPA */
+int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
+              const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
+              void *out, int isa);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
