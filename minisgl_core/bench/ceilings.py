@@ -2,11 +2,12 @@
 
 Three rates, each the best of repeated runs over ``seconds`` with the benchmark's torch threads:
 memory read bandwidth (``sum`` over a 256 MiB fp32 tensor, far larger than any cache), fp32 GEMM
-rate (``torch.mm`` of 1024 x 1024 matrices) and int8 GEMM rate (the faster of the int8 kernels,
-quant.py, on 1024 rows of a 1024 x 1024 layer, counting 2 ops per multiply-add). A model's
-decode ceiling at batch b is the roofline ``min(b x bandwidth / weight bytes, rate / (2 x
-params))``: batch 1 reads every weight once per token; large batches do 2 FLOP per parameter per
-token. KV-cache reads and attention FLOPs are left out (small at these lengths).
+rate (``torch.mm`` of 1024 x 1024 matrices) and int8 GEMM rate (the faster of the int8
+kernels, kernels/matmul/w8a8.py, on 1024 rows of a 1024 x 1024 layer, counting 2 ops per
+multiply-add). A model's decode ceiling at batch b is the roofline ``min(b x bandwidth / weight
+bytes, rate / (2 x params))``: batch 1 reads every weight once per token; large batches do 2
+FLOP per parameter per token. KV-cache reads and attention FLOPs are left out (small at these
+lengths).
 """
 
 from __future__ import annotations

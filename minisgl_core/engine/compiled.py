@@ -5,7 +5,7 @@ serves.
 Two graphs cover every decode step: one for a single request and one for any batch of two or
 more, with the batch size and the context length symbolic (torch specializes size 1, so batch 1
 gets its own tighter code). Matmuls, the all-reduce and the decode attention stay the engine's
-own kernels behind custom ops (compiled_ops.py); what gets fused is the code between them:
+own kernels behind custom ops (kernels/ops.py); what gets fused is the code between them:
 RMSNorm, RoPE, the K/V store, SiLU x up, the residual adds. Steps that prefill, and every step
 before its graph is ready, run eagerly. The serving thread only runs graphs already compiled
 (``torch._dynamo.run``): a step whose guards no graph passes runs eagerly instead of stalling

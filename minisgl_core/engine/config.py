@@ -53,8 +53,8 @@ class EngineConfig:
     num_threads: int | None = None  # torch.set_num_threads; None leaves torch's default
     seed: int = 0  # for requests sampled without a seed of their own
     cache: str = "radix"  # "radix": reuse KV pages of cached prefixes; "naive": never reuse
-    # "int8": int8 weights and per-token inputs (quant.py); "int8-wo", "int4": weights only,
-    # int8 per output channel or 4 bits in groups of 32 (wo_quant.py)
+    # "int8": int8 weights and per-token inputs (kernels/matmul/w8a8.py); "int8-wo", "int4":
+    # weights only, int8 per output channel or 4 bits in groups of 32 (matmul/weight_only.py)
     quantization: str | None = None
     speculative: str | None = None  # "ngram": prompt-lookup speculation (speculative.py)
     num_speculative_tokens: int = 4  # draft tokens per step (k)

@@ -42,7 +42,7 @@ class Linear:
         # rows -> kernel for the common small row counts (one tuple index per call)
         self._table = tuple(self.kernels[bucket_of(r)] for r in range(_BUCKET_TOP[-1] + 1))
         self.handle = handles.new_handle(self)  # what a compiled graph calls it by
-        # True: the C++ operator runs it (same kernels, no Python per call; native_ops.py)
+        # True: the C++ operator runs it (same kernels, no Python per call; native/ops.py)
         self.native = native_ops.register(self)
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Weights are fused at load time: q/k/v into one matrix and gate/up into another, so each layer runs
 four matmuls, each through a ``Linear`` whose kernel and weight layout were measured fastest on this
-host for the model's shapes (kernel_choice.py), int8 ones under ``quantization="int8"`` (quant.py).
+host for the model's shapes (kernels/matmul/choice.py), int8 ones under
+``quantization="int8"`` (w8a8.py).
 With tensor parallelism (parallel.py) each rank loads only its KV-head groups and MLP columns, and
 all-reduces the partial outputs of o_proj and down_proj; bias and residual are added on rank 0.
 """

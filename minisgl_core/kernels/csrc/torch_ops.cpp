@@ -4,7 +4,7 @@
 // Python custom op with its kernel lookup, ctypes call and result handling).
 //
 // minisgl::native_linear(x, residual, handle): the Linear registered under ``handle``
-// (native_ops.py) picks its row bucket's kernel exactly as linear.py's Linear.run_eager does:
+// (native/ops.py) picks its row bucket's kernel exactly as linear.py's Linear.run_eager does:
 // torch.mm on the [in, out] or [out, in] weight, oneDNN on its packed weight (rows padded to
 // the same bounded set of sizes), AMX on the bf16 weight or the weight-only kernels of
 // wo_matmul.c, wo_int4_bf16.c and wo_amx.c, or by dequantizing a tile at a time.
@@ -72,7 +72,7 @@ int bucket_of(int64_t rows) {
     return kBuckets - 1;
 }
 
-int64_t padded_rows(int64_t rows, int64_t minimum) {  // linear.py's padded_rows
+int64_t padded_rows(int64_t rows, int64_t minimum) {  // matmul/base.py's padded_rows
     if (rows <= minimum) return minimum;
     int64_t step = rows <= 64 ? 8 : 32;
     return (rows + step - 1) / step * step;
@@ -86,7 +86,7 @@ at::Tensor add_into(at::Tensor y, const std::optional<at::Tensor> &bias,
 }
 
 at::Tensor mm(const at::Tensor &x, const at::Tensor &w, const std::optional<at::Tensor> &bias,
-              const std::optional<at::Tensor> &residual) {  // linear.py's _mm
+              const std::optional<at::Tensor> &residual) {  // matmul/dense.py's _mm
     if (bias) {
         auto y = at::addmm(*bias, x, w);
         return residual ? y.add_(*residual) : y;
@@ -134,7 +134,7 @@ bool int4_bf16(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
                         e.out_features, y.data_ptr<float>(), at::get_num_threads()) == 0;
 }
 
-// bf16 rows on AMX's tile multiply (wo_amx.c), as wo_quant.py's WeightOnlyAmx and amx_hf.py's
+// bf16 rows on AMX's tile multiply (wo_amx.c), as weight_only.py's WeightOnlyAmx and amx.py's
 // AmxHF (the bf16 HF weight, one tensor): a residual without a bias is summed in the kernel,
 // in fp32, and the result rounded once to bf16. The kernel choice offers them only where the
 // CPU has AMX.
@@ -187,8 +187,8 @@ at::Tensor weight_only(const Entry &e, Kind kind, const at::Tensor &x_in,
 }
 
 at::Tensor dequantized(const Entry &e, int64_t a, int64_t b, at::ScalarType dtype) {
-    // wo_quant.py's dequantize_int8 / dequantize_int4 of output rows [a, b); int4 into bf16 by
-    // one native pass where the CPU has AVX512-BF16 (as wo_quant.py's _int4_tile_bf16)
+    // weight_only.py's dequantize_int8 / dequantize_int4 of output rows [a, b); int4 into bf16 by
+    // one native pass where the CPU has AVX512-BF16 (as weight_only.py's _int4_tile_bf16)
     if (e.weight.size() == 3 && dtype == at::kBFloat16) {
         at::Tensor out = at::empty({b - a, e.in_features}, e.weight[0].options().dtype(dtype));
         if (wo_int4_dequant_bf16(e.weight[0].data_ptr<uint8_t>(),

@@ -2,14 +2,14 @@
 
 The weights are quantized once at load; activations stay in the engine's dtype (fp32 or bf16).
 
-- ``int8-wo``: symmetric per output channel, ``W[o, i] ~= q[o, i] * scale[o]`` (quant.py's
+- ``int8-wo``: symmetric per output channel, ``W[o, i] ~= q[o, i] * scale[o]`` (w8a8.py's
   ``quantize_weight``): 1 byte a weight.
 - ``int4``: groups of GROUP inputs of an output row, ``W ~= nib * scale + min`` with a 4-bit
   ``nib`` and fp16 scale and min per group (ggml's Q4_1, 0.625 bytes a weight). The symmetric
   variant (Q4_0: ``min = -8 scale``) runs on the same kernel; ``SYMMETRIC`` says which is used.
 
 Each scheme has one packed layout and up to three kernels on it, timed against each other per
-row bucket by kernel_choice.py: the native one (csrc/wo_matmul.c: reads the packed weight once
+row bucket by choice.py: the native one (csrc/wo_matmul.c: reads the packed weight once
 for all rows, AVX2 or AVX-512 chosen at run time, OpenMP across output rows; a weight row costs
 its unpacking again for every input row), ``*-amx`` for bf16 inputs on AMX hosts (csrc/wo_amx.c:
 each weight tile unpacked once into bf16 for up to 64 input rows, multiplied by the tile unit),

@@ -6,7 +6,7 @@ A Linear whose kernels it knows (every kernel but the W8A8 int8 ones) is registe
 at load (``register``) and from then on runs by one dispatcher call, eagerly and inside compiled
 graphs, whose C++ wrapper calls it without entering Python. Where the library cannot be built
 (no C++ compiler, a torch without its headers) ``available()`` is False, the reason is logged
-once, and the Python paths (linear.py, compiled_ops.py) run instead. ``MINISGL_NATIVE_OPS=0``
+once, and the Python paths (linear.py, ops.py) run instead. ``MINISGL_NATIVE_OPS=0``
 turns it off.
 """
 
@@ -76,7 +76,7 @@ def build() -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         objects = []
-        flags = [f for f in native.FLAGS if f != "-shared"]  # the C kernels, as in native.py
+        flags = [f for f in native.FLAGS if f != "-shared"]  # the C kernels, as in library.py
         for src in native.SOURCES:
             obj = str(Path(tmp) / f"{src.stem}.o")
             native.run_compiler([cc, *flags, "-c", str(src), "-o", obj])
