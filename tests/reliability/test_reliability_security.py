@@ -63,13 +63,15 @@ def test_every_v1_route_needs_the_key(pool: ServicePool, transport: str, method:
     url = f"{svc.url}{path}"
     body = b'{"prompt": "x", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}'
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY},
-                    {"Authorization": f"Basic {API_KEY}"}, {"X-API-Key": API_KEY}):
+                    {"Authorization": f"Basic {API_KEY}"}, {"X-API-Key": "wrong"},
+                    {"X-API-Key": f"Bearer {API_KEY}"}):
         resp = httpx.request(method, url, headers=headers, content=body, timeout=30)
         assert resp.status_code == 401, (headers, resp.status_code, resp.text[:200])
         assert resp.json()["error"]["code"] == "invalid_api_key"
         assert API_KEY not in resp.text
-    resp = httpx.request(method, url, headers=AUTH, content=body, timeout=30)
-    assert resp.status_code != 401, resp.text[:200]
+    for good in (AUTH, {"X-API-Key": API_KEY}):  # a bearer token, or Anthropic's header
+        resp = httpx.request(method, url, headers=good, content=body, timeout=30)
+        assert resp.status_code != 401, resp.text[:200]
 
 
 @pytest.mark.parametrize("transport, metrics_open", [("zmq", True), ("nng", False)])
