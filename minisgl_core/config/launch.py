@@ -72,12 +72,12 @@ class LaunchConfig:
     dp_affinity_threshold: int = 4  # requests by which the prefix's replica may be busier
     dp_cpus: str = ""  # each replica's cores, "0-3;4-7"; "" splits this host's, "none": unpinned
     cache: str = "radix"
-    quantization: str | None = None  # int8, int8-wo or int4 (docs/benchmarks.md)
+    quantization: str | None = None  # int8, int8-wo or int4 (docs/design/kernels.md, 4. and 6.)
     speculative: str | None = None  # "ngram": prompt-lookup speculation (docs/speculative.md)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 2  # shortest suffix n-gram looked up (docs/speculative.md)
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
-    compile: bool = False  # decode steps through torch.compile'd graphs (docs/benchmarks.md)
+    compile: bool = False  # decode steps as torch.compile'd graphs (docs/design/kernels.md, 12.)
     prefix_cache_dir: str | None = None  # the prefix cache's disk tier (docs/prefix-cache.md)
     prefix_cache_disk_gb: float = 10.0  # its budget: least recently used pages go beyond it
     load_format: str = "auto"  # dummy: random weights from config.json (docs/models.md)
