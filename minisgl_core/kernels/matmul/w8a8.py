@@ -32,10 +32,10 @@ from minisgl_core.kernels.schemes import QUANTIZATIONS
 
 log = logging.getLogger(__name__)
 # Layers left in fp32 under --quantization int8, besides the embedding lookup (not a matmul):
-# the LM head and q/k/v. On the default model (perplexity over 1,024 tokens; docs/design/
-# kernels.md, 4. int8 (W8A8)) every matmul in int8 cost +5.6%, all but the head +4.1%, all but
-# head and q/k/v +1.3%: the residual stream has a few huge channels that per-token int8 inputs
-# of q/k/v resolve poorly.
+# the LM head and q/k/v. On the default model (perplexity over 1,024 tokens,
+# docs/design/kernels.md, 4. int8 (W8A8)) every matmul in int8 cost +5.6%, all but the head
+# +4.1%, all but head and q/k/v +1.3%: the residual stream has a few huge channels that
+# per-token int8 inputs of q/k/v resolve poorly.
 FP32_ROLES = frozenset({"lm_head", "qkv"})
 # Weight-only modes keep their inputs unrounded, so that reason does not hold for them: every
 # matmul is quantized. Under int4 the LM head takes int8-wo, as llama.cpp keeps its output
