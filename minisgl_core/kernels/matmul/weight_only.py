@@ -31,7 +31,8 @@ from minisgl_core.kernels.native import library as native
 log = logging.getLogger(__name__)
 GROUP = 32  # inputs per int4 group (fixed in wo_matmul.c)
 # Q4_1 (scale and min per group) rather than Q4_0 (symmetric): on the default model's weights
-# its round-trip error is lower (docs/benchmarks.md), at the same bytes here (both keep a min).
+# its round-trip error is lower (docs/design/kernels.md, 6. Weight-only int8 and int4), at the
+# same bytes here (both keep a min).
 SYMMETRIC = False
 # what torch.profiler calls the native kernels' time (bench/profile.py counts it as matmul)
 PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4", "minisgl::wo_amx")
