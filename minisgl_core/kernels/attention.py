@@ -3,7 +3,8 @@
 read once, not three times.
 
 On a 2-core AMX Xeon it measured 1.9-2.8x faster than gather + SDPA in fp32 and 1.0-1.5x in
-bf16, from 1 x 128 to 128 x 256 keys (``benchmarks/decode_attention.py``, docs/benchmarks.md).
+bf16, from 1 x 128 to 128 x 256 keys (``benchmarks/decode_attention.py``; docs/design/kernels.md,
+11. Decode attention read in place).
 """
 
 from __future__ import annotations
