@@ -18,7 +18,8 @@
 #define GROUP 32
 /* How far ahead of the weight being read the next is asked for: the row's end and the rows after
  * it, which the hardware prefetcher alone fetched too late (int8 at one row: 21-23 GB/s without,
- * 26-28 GB/s with, 2 threads, a 36 GB/s host; docs/benchmarks.md) */
+ * 26-28 GB/s with, 2 threads, a 36 GB/s host; docs/design/kernels.md, 7. The native kernels
+ * alone) */
 #define PREFETCH_BYTES 2048
 #define BLOCK_FLOATS (9 * 16)  /* a block's inputs in lane order (8 x 16), then its lane x-sums */
 
@@ -369,7 +370,8 @@ void wo_int4(const float *x, int T, int in, const uint8_t *q, const uint16_t *sc
     isa = clamp_isa(isa);
     int groups = (in + GROUP - 1) / GROUP;
     /* blocks at one row only: from two rows up the per-group path, whose dequantized vectors
-     * serve every row of a tile, measured faster (docs/benchmarks.md) */
+     * serve every row of a tile, measured faster (docs/design/kernels.md, 7. The native kernels
+     * alone) */
     Blocked bx = {NULL, isa == 2 && T == 1 ? (groups + 3) / 4 : 0, groups};
     float *buf = NULL;
     if (bx.blocks > 0) {
