@@ -14,7 +14,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 /* sums may be reordered (vectorized), as -ffast-math would, but infinities stay meaningful:
  * masked keys score -inf. 1.27x faster than without at 32 x 512 keys in fp32 (1147 vs 1462 us,
- * the 2-core AMX Xeon of docs/benchmarks.md) */
+ * a 2-core AMX Xeon; docs/design/kernels.md, 11. Decode attention read in place) */
 #pragma GCC optimize("associative-math", "no-signed-zeros", "no-trapping-math", "reciprocal-math")
 #endif
 #include "minisgl_kernels.h"
