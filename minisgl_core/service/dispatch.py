@@ -5,7 +5,7 @@ replica (``--dp N``), its aborts to that replica only.
 unless a replica that was already sent a prompt with the same first KV page is at most
 ``threshold`` requests busier than the least busy one: that replica holds those pages in its
 prefix cache, so it wins (as sglang-router's cache_aware policy does). ``round_robin`` takes
-them in turn (for comparison: docs/benchmarks.md).
+them in turn (for comparison: docs/results/2026-12-02-dp.md).
 """
 
 from __future__ import annotations
