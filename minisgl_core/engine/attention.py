@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from minisgl_core import kernels
-from minisgl_core.kernels import Workspace
+from minisgl_core.kernels import Workspace, gathered, paged_decode_attention
 
 
 @dataclass(frozen=True)
@@ -173,7 +172,7 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     nd = meta.num_decode
     if meta.decode is not None:
         g, sc = meta.decode, d ** -0.5 if scale is None else scale
-        outs.append(kernels.paged_decode_attention(q[:nd], k_cache, v_cache, g.kv_index, g.mask,
+        outs.append(paged_decode_attention(q[:nd], k_cache, v_cache, g.kv_index, g.mask,
                                                    sc, ws))
     if meta.prefill is not None:
         outs.append(_prefill_attention(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta.prefill, ws,
@@ -192,8 +191,8 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                            scale=scale)
         return o[0].transpose(0, 1).reshape(tp, hq * d)
     kb, vb = ws.buffers(g.batch * g.kv_len)
-    keys = kernels.gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
-    vals = kernels.gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
+    keys = gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
+    vals = gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
     if g.q_pad is None:
         qp = q.transpose(0, 1)[None]  # [1, Hq, n, D]
     else:

@@ -15,6 +15,7 @@ start loads the graphs instead of compiling them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -25,7 +26,7 @@ import torch
 
 from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, Workspace
 from minisgl_core.engine.kv_cache import KVPool
-from minisgl_core.kernels import without_collectives
+from minisgl_core.kernels import python_ops_in_graphs, without_collectives
 
 log = logging.getLogger(__name__)
 WARM_BATCHES = (1, 2)  # batch 1, then the graph every batch >= 2 shares
@@ -113,7 +114,7 @@ class CompiledDecode:
                          "cache %s)", what, inductor_cache())
                 start = time.perf_counter()
                 try:
-                    with without_collectives():  # the ranks' serving threads are in theirs
+                    with without_collectives(), self._graph_ops():
                         self._compiled(*self._warm_inputs(batch))
                 except Exception as exc:  # noqa: BLE001  (any compiler error: stay eager)
                     self.failure = f"{type(exc).__name__}: {exc}"[:500]
@@ -124,6 +125,11 @@ class CompiledDecode:
                 self._ready.add(batch)
                 log.info("compiled the decode step for %s in %.1f s", what,
                          self.compile_s[batch])
+
+    def _graph_ops(self) -> contextlib.AbstractContextManager[None]:
+        """Tensor-parallel graphs call the Python custom ops (python_ops_in_graphs says why)."""
+        tp = getattr(self.model, "tp", None)
+        return python_ops_in_graphs() if tp is not None else contextlib.nullcontext()
 
     def _warm_inputs(self, batch: int) -> tuple[Any, ...]:
         """A decode step of ``batch`` rows that writes only to scratch slot 0 (page 0, which

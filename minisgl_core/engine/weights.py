@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minisgl_core import deprecated
+from minisgl_core import deprecated, kernels
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.paths import cache_dir
 from minisgl_core.store.random_weights import RandomCheckpoint, tokenizer_size
@@ -107,6 +107,17 @@ class LoadReport:
             f"{self.seconds:.2f} s")
 
 
+def apply_kernels(model: Any, dtype: torch.dtype) -> None:
+    """Give a decoder (a model with ``use_kernels``) the matmul kernels measured for its shapes
+    on this host, before its weights are packed for them; a model that has some keeps them, and
+    a plugin model without the method runs its own."""
+    if hasattr(model, "use_kernels") and getattr(model, "kernels", None) is None:
+        import torch
+
+        model.use_kernels(kernels.choose(model.linear_shapes(), torch.device(model.device), dtype,
+                                         model.quantization, shared=model.shared_roles()))
+
+
 def load_weights(model: Any, path: Path, dtype: torch.dtype,
                  load_format: str = "auto") -> LoadReport:
     """``model.load_weights`` from the directory's safetensors (``load_format`` "auto") or
@@ -120,6 +131,7 @@ def load_weights(model: Any, path: Path, dtype: torch.dtype,
     else:
         raise ValueError(f'load_format must be one of {", ".join(LOAD_FORMATS)}, '
                          f"got {load_format!r}")
+    apply_kernels(model, dtype)
     model.load_weights(ckpt)
     report = LoadReport(time.perf_counter() - start, ckpt.bytes_read,
                         tuple(name for name, _ in ckpt.stored.most_common()),

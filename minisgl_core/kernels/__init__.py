@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved lazily below
     from minisgl_core.kernels import cpu_features
     from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
-    from minisgl_core.kernels.handles import new_handle
     from minisgl_core.kernels.linear import Linear
     from minisgl_core.kernels.matmul import choice
     from minisgl_core.kernels.matmul.base import BUCKETS, Kernel, bucket_of, padded_rows
@@ -26,16 +25,24 @@ if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved la
     from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels
     from minisgl_core.kernels.matmul.w8a8 import role_scheme
     from minisgl_core.kernels.matmul.weight_only import Int8Weight
-    from minisgl_core.kernels.ops import paged_decode_attention, without_collectives
+    from minisgl_core.kernels.ops import (
+        new_handle,
+        paged_decode_attention,
+        python_ops_in_graphs,
+        without_collectives,
+    )
     from minisgl_core.kernels.schemes import QUANTIZATIONS
 
-# name -> the module that defines it (a module's own name: the module itself)
+# name -> the module that defines it (a module's own name: the module itself). The custom ops
+# are registered when kernels.ops is imported: every name the engine uses while it is built
+# (Linear, new_handle, paged_decode_attention) imports it, so no op is registered later, from a
+# thread compiling a graph while another runs the model.
 _WHERE = {
     "cpu_features": "minisgl_core.kernels.cpu_features",
     "choice": "minisgl_core.kernels.matmul.choice",
     "Workspace": "minisgl_core.kernels.attention", "gathered": "minisgl_core.kernels.attention",
     "sdpa_decode": "minisgl_core.kernels.attention",
-    "new_handle": "minisgl_core.kernels.handles",
+    "new_handle": "minisgl_core.kernels.ops",  # with the ops its handles are for
     "Linear": "minisgl_core.kernels.linear",
     "BUCKETS": "minisgl_core.kernels.matmul.base", "Kernel": "minisgl_core.kernels.matmul.base",
     "bucket_of": "minisgl_core.kernels.matmul.base",
@@ -48,12 +55,13 @@ _WHERE = {
     "Int8Weight": "minisgl_core.kernels.matmul.weight_only",
     "paged_decode_attention": "minisgl_core.kernels.ops",
     "without_collectives": "minisgl_core.kernels.ops",
+    "python_ops_in_graphs": "minisgl_core.kernels.ops",
     "QUANTIZATIONS": "minisgl_core.kernels.schemes",
 }
 __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear", "Workspace",
            "all_kernels", "bf16_fast", "bucket_of", "choice", "choose", "cpu_features",
            "fp32_kernels", "gathered", "new_handle", "padded_rows", "paged_decode_attention",
-           "role_scheme", "sdpa_decode", "without_collectives"]
+           "python_ops_in_graphs", "role_scheme", "sdpa_decode", "without_collectives"]
 
 
 def __getattr__(name: str) -> Any:

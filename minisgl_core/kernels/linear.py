@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 import torch
 
-from minisgl_core.kernels import handles
+from minisgl_core.kernels import ops
 from minisgl_core.kernels.matmul.base import _BUCKET_TOP, BUCKETS, Kernel, bucket_of
 from minisgl_core.kernels.matmul.registry import all_kernels
+from minisgl_core.kernels.matmul.weight_only import Int8Weight
 from minisgl_core.kernels.native import ops as native_ops
 
 
@@ -41,15 +42,16 @@ class Linear:
         self.weight = kernels[0].pack(weight)
         # rows -> kernel for the common small row counts (one tuple index per call)
         self._table = tuple(self.kernels[bucket_of(r)] for r in range(_BUCKET_TOP[-1] + 1))
-        self.handle = handles.new_handle(self)  # what a compiled graph calls it by
+        self.handle = ops.new_handle(self)  # what a compiled graph calls it by
         # True: the C++ operator runs it (same kernels, no Python per call; native/ops.py)
         self.native = native_ops.register(self)
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + b``, plus ``residual [T, out]`` when given (fused where the kernel can)."""
-        if self.native:  # eager or traced alike: one dispatcher call
+        compiling = torch.compiler.is_compiling()
+        if self.native and (not compiling or ops.native_in_graph()):  # one dispatcher call
             return torch.ops.minisgl.native_linear(x, residual, self.handle)
-        if torch.compiler.is_compiling():  # traced: the same kernel, behind an opaque op
+        if compiling:  # traced: the same kernel, behind an opaque op
             return torch.ops.minisgl.linear(x, residual, self.handle)
         return self.run_eager(x, residual)
 
@@ -58,6 +60,18 @@ class Linear:
         rows = x.shape[0]
         kernel = self._table[rows] if rows < len(self._table) else self.kernels[-1]
         return kernel.run(self.weight, x, self.bias, residual)
+
+    @property
+    def serves_rows(self) -> bool:
+        """Whether ``rows`` can read weight rows from the packed layout (an int8 weight-only
+        one: a tied LM head then stands for the embedding table, which is not kept)."""
+        return isinstance(self.weight, Int8Weight)
+
+    def rows(self, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Rows ``index [T]`` of ``W`` as ``[T, in]`` in ``dtype`` (needs ``serves_rows``)."""
+        w = self.weight  # q [out, in] int8, scale [out]: row v is q[v] * scale[v]
+        rows = w.q.index_select(0, index).to(dtype)
+        return rows * w.scale.index_select(0, index).to(dtype).unsqueeze(1)
 
     @property
     def backend(self) -> str:

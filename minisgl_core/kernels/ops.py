@@ -23,6 +23,12 @@ from minisgl_core.kernels.native import ops as native_ops
 _thread = threading.local()
 
 
+def new_handle(obj: object) -> str:
+    """``handles.new_handle``, asked for here so that the ops a handle is for are registered
+    (at this module's import) before anything can call them."""
+    return handles.new_handle(obj)
+
+
 @contextlib.contextmanager
 def without_collectives() -> Iterator[None]:
     """On this thread, ``minisgl::all_reduce`` does nothing: a warm-up run that compiles a graph
@@ -32,6 +38,25 @@ def without_collectives() -> Iterator[None]:
         yield
     finally:
         _thread.skip_collectives = False
+
+
+@contextlib.contextmanager
+def python_ops_in_graphs() -> Iterator[None]:
+    """On this thread, a traced step calls the kernels through the Python custom ops below, not
+    the C++ operators. Tensor-parallel graphs need it: with the C++ operators in a graph beside
+    the in-place all-reduce, inductor's AVX-512 code corrupted the heap on an AVX-512 host
+    without AMX (``free(): invalid pointer`` at the first step; not with its AVX2 code, not
+    with one rank, not eagerly)."""
+    _thread.python_ops = True
+    try:
+        yield
+    finally:
+        _thread.python_ops = False
+
+
+def native_in_graph() -> bool:
+    """Whether a step being traced on this thread may call the C++ operators."""
+    return not getattr(_thread, "python_ops", False)
 
 
 @torch.library.custom_op("minisgl::linear", mutates_args=())
@@ -79,9 +104,10 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     """Decode attention, however this step runs: one C++ operator call where the operators are
     built, the opaque op in a traced step (the kernel is chosen when the step runs), else the
     native kernel or SDPA from Python. ``q [B, Hq, D]`` -> ``[B, Hq * D]``."""
-    if q.device.type == "cpu" and native_ops.available():
+    compiling = torch.compiler.is_compiling()
+    if q.device.type == "cpu" and native_ops.available() and (not compiling or native_in_graph()):
         return torch.ops.minisgl.native_decode_attention(q, k_cache, v_cache, kv_index, mask,
                                                          scale)
-    if torch.compiler.is_compiling():
+    if compiling:
         return torch.ops.minisgl.decode_attention(q, k_cache, v_cache, kv_index, mask, scale)
     return attention.decode_attention(q, k_cache, v_cache, kv_index, mask, scale, ws)

@@ -212,7 +212,7 @@ def test_tiny_model_generates_and_int8_wo_follows_fp32(tiny_models, fp32_tokens,
         estimate, held)
     # the tied head's int8 rows stand for the embedding table, which is not kept beside them
     head = engine.model.lm_head.weight
-    assert engine.model.embed_q is head and engine.model.embed.numel() == 0
+    assert engine.model.embed_rows is engine.model.lm_head and engine.model.embed.numel() == 0
     ids = torch.tensor([0, 5, 5, engine.vocab_size - 1])
     torch.testing.assert_close(engine.model.embed_tokens(ids),
                                dequantize_int8(head)[ids].to(engine.model.dtype))

@@ -23,7 +23,7 @@ from minisgl_core.engine.config import ModelConfig
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.parallel import Shard, TensorParallel, shard
 from minisgl_core.engine.weights import Checkpoint
-from minisgl_core.kernels import Int8Weight, Linear, choose
+from minisgl_core.kernels import Choice, Linear
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +79,14 @@ class DecoderForCausalLM:
         self.num_kv_heads = self.shard.num_kv  # this rank's KV heads (its KV pool's width)
         self.layers: list[Layer] = []
         self.quantization = quantization
-        # a tied LM head multiplies by the embedding table itself: one copy of it, not two
-        tied = {"lm_head"} if cfg.tie_word_embeddings else set()
-        self.kernels = choose(self.linear_shapes(), torch.device(device), dtype, quantization,
-                              shared=tied)
-        log.info("linear kernels (%s%s): %s", self.kernels.source,
-                 f", {quantization}" if quantization else "", self.kernels.summary())
+        # each role's kernel per row bucket: given by the engine (use_kernels) before the
+        # weights load, as the measured choice for this model's shapes here
+        self.kernels: Choice | None = None
         self.embed = self.norm = torch.empty(0)  # embed: [V, H]
         self.lm_head: Linear | None = None
-        # a tied head quantized weight-only (int8-wo, also under int4) stands for the embedding
-        # table too: lookups dequantize its rows, and the table itself is not kept
-        self.embed_q: Int8Weight | None = None
+        # a tied head whose packed weight serves embedding rows too (int8-wo, also under int4):
+        # lookups read its rows, and the table itself is not kept
+        self.embed_rows: Linear | None = None
         positions = torch.arange(max_seq_len, dtype=torch.float32)
         freqs = torch.outer(positions, rope_inv_freq(cfg))  # [S, D/2], as transformers computes
         # rotate_half(x) * sin == cat(x2, x1) * cat(-sin, sin): the sign lives in the table
@@ -107,7 +104,20 @@ class DecoderForCausalLM:
             shapes["lm_head"] = (c.vocab_size, c.hidden_size)
         return shapes
 
+    def shared_roles(self) -> set[str]:
+        """Roles whose weight another part of the model keeps too: a tied LM head multiplies by
+        the embedding table itself, so it gets a kernel that keeps one copy of it, not two."""
+        return {"lm_head"} if self.cfg.tie_word_embeddings else set()
+
+    def use_kernels(self, choice: Choice) -> None:
+        """The kernels each role runs (``kernels.choose`` on ``linear_shapes``); before loading."""
+        self.kernels = choice
+        log.info("linear kernels (%s%s): %s", choice.source,
+                 f", {self.quantization}" if self.quantization else "", choice.summary())
+
     def _linear(self, role: str, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
+        if self.kernels is None:
+            raise RuntimeError("no kernels given: call use_kernels(kernels.choose(...)) first")
         return Linear(weight, bias, self.kernels.kernels[role])
 
     def load_weights(self, ckpt: Checkpoint) -> None:
@@ -122,8 +132,8 @@ class DecoderForCausalLM:
             if not self.cfg.tie_word_embeddings and "lm_head.weight" in ckpt:
                 head = self._take(ckpt, "lm_head.weight")
             self.lm_head = self._linear("lm_head", head, None)
-            if head is self.embed and isinstance(self.lm_head.weight, Int8Weight):
-                self.embed_q, self.embed = self.lm_head.weight, torch.empty(0)
+            if head is self.embed and self.lm_head.serves_rows:
+                self.embed_rows, self.embed = self.lm_head, torch.empty(0)
         self.layers = [self._load_layer(ckpt, i) for i in range(self.cfg.num_layers)]
 
     def _take(self, ckpt: Checkpoint, name: str, rows: tuple[int, int] | None = None,
@@ -222,11 +232,9 @@ class DecoderForCausalLM:
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``input_ids [T]`` -> their rows of the embedding table ``[T, H]``."""
-        if self.embed_q is None:
+        if self.embed_rows is None:
             return F.embedding(input_ids, self.embed)
-        q = self.embed_q  # q [V, H] int8, scale [V]: row v is q[v] * scale[v]
-        rows = q.q.index_select(0, input_ids).to(self.dtype)
-        return rows * q.scale.index_select(0, input_ids).to(self.dtype).unsqueeze(1)
+        return self.embed_rows.rows(input_ids, self.dtype)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""
@@ -237,5 +245,5 @@ class DecoderForCausalLM:
     def describe(self) -> dict[str, Any]:
         """A few facts for logs and /v1/models."""
         return {"architecture": self.cfg.architecture, "layers": self.cfg.num_layers,
-                "linear_backend": self.kernels.summary(),
+                "linear_backend": self.kernels.summary() if self.kernels else "none",
                 "quantization": self.quantization}
