@@ -25,6 +25,7 @@ from minisgl_core.api import (
     RequestRejected,
     SamplingParams,
 )
+from minisgl_frontend_openai.answering import run_generation
 from minisgl_frontend_openai.anthropic_errors import anthropic_envelope, anthropic_status
 from minisgl_frontend_openai.anthropic_format import MessageFormat, StreamEvent
 from minisgl_frontend_openai.anthropic_request import CountTokensRequest, MessagesRequest
@@ -38,8 +39,7 @@ from minisgl_frontend_openai.context import (
 from minisgl_frontend_openai.errors import APIError, from_error_info, rejected
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.schemas import ChatCompletionRequest
-from minisgl_frontend_openai.sse import ClientDisconnected, SSEResponse, race_disconnect
-from minisgl_frontend_openai.structured import name_grammar_error, with_structured
+from minisgl_frontend_openai.structured import with_structured
 from minisgl_frontend_openai.tools import prepare_tools, tool_request
 
 log = logging.getLogger("minisgl_frontend_openai.app")
@@ -98,37 +98,17 @@ async def create_message(request: Request) -> Response:
 
 async def _answer(ctx: AppContext, request: Request, engine_request: GenerateRequest,
                   fmt: MessageFormat, stream: bool, grammar_param: str | None) -> Response:
-    if not ctx.client.healthy():
-        raise unavailable()
-    gen = Generation(ctx.client, [engine_request], ctx.metrics, group_size=1)
-    gen.start()
-    ctx.live.add(gen)
+    async def full(gen: Generation) -> Response:
+        await gen.collect()
+        choice = gen.choices[0]
+        return JSONResponse(fmt.full(
+            "".join(choice.reasoning), "".join(choice.text), choice.finish_reason or "stop",
+            choice.stop_string, _usage(choice.prompt_tokens, choice.completion_tokens,
+                                       choice.cached_tokens), choice.tool_parser))
 
-    async def close() -> None:
-        ctx.live.discard(gen)
-        await gen.aclose()
-
-    try:
-        # the first delta comes before any header: errors found while tokenizing are a 4xx
-        try:
-            await race_disconnect(request.receive, gen.prelude())
-        except APIError as exc:
-            raise name_grammar_error(exc, grammar_param) from None
-        if stream:
-            return SSEResponse(_stream_body(gen, fmt), on_close=close)
-        await race_disconnect(request.receive, gen.collect())
-    except ClientDisconnected:
-        await close()
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    except BaseException:
-        await close()
-        raise
-    await close()
-    choice = gen.choices[0]
-    return JSONResponse(fmt.full(
-        "".join(choice.reasoning), "".join(choice.text), choice.finish_reason or "stop",
-        choice.stop_string, _usage(choice.prompt_tokens, choice.completion_tokens,
-                                   choice.cached_tokens), choice.tool_parser))
+    return await run_generation(
+        ctx, request, [engine_request], collect=full, grammar_param=grammar_param,
+        stream=(lambda gen: _stream_body(gen, fmt)) if stream else None)
 
 
 def _usage(prompt_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, int]:

@@ -12,12 +12,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from minisgl_core.api import GenerateRequest
+from minisgl_frontend_openai.answering import run_generation
 from minisgl_frontend_openai.body import parse
 from minisgl_frontend_openai.context import (
-    CLIENT_CLOSED_REQUEST,
     AppContext,
     context_of,
-    unavailable,
 )
 from minisgl_frontend_openai.echo import completion_format
 from minisgl_frontend_openai.errors import APIError
@@ -26,12 +25,9 @@ from minisgl_frontend_openai.responses import CompletionFormat
 from minisgl_frontend_openai.schemas import ChatCompletionRequest, CompletionRequest, for_choice
 from minisgl_frontend_openai.sse import (
     DONE,
-    ClientDisconnected,
-    SSEResponse,
     frame,
-    race_disconnect,
 )
-from minisgl_frontend_openai.structured import name_grammar_error, with_structured
+from minisgl_frontend_openai.structured import with_structured
 from minisgl_frontend_openai.tool_format import chat_format
 from minisgl_frontend_openai.tools import prepare_tools
 
@@ -95,34 +91,14 @@ async def answer(ctx: AppContext, request: Request, engine_requests: Sequence[Ge
                  grammar_param: str | None = None) -> Response:
     """Run ``engine_requests`` (``group_size`` choices per prompt) and answer in ``fmt``;
     ``grammar_param`` names the field whose grammar the engine may reject."""
-    if not ctx.client.healthy():
-        raise unavailable()
-    gen = Generation(ctx.client, engine_requests, ctx.metrics, group_size=group_size)
-    gen.start()
-    ctx.live.add(gen)
+    async def full(gen: Generation) -> Response:
+        await gen.collect()
+        return JSONResponse(fmt.full(gen.choices, gen.usage()))
 
-    async def close() -> None:
-        ctx.live.discard(gen)
-        await gen.aclose()
-
-    try:
-        # the first delta of every choice comes before any header, so errors found while
-        # tokenizing (prompt too long, bad token ids) still get a 4xx status
-        try:
-            await race_disconnect(request.receive, gen.prelude())
-        except APIError as exc:
-            raise name_grammar_error(exc, grammar_param) from None
-        if stream:
-            return SSEResponse(_stream_body(gen, fmt, len(engine_requests)), on_close=close)
-        await race_disconnect(request.receive, gen.collect())
-    except ClientDisconnected:
-        await close()
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    except BaseException:
-        await close()
-        raise
-    await close()
-    return JSONResponse(fmt.full(gen.choices, gen.usage()))
+    return await run_generation(
+        ctx, request, engine_requests, collect=full, group_size=group_size,
+        grammar_param=grammar_param,
+        stream=(lambda gen: _stream_body(gen, fmt, len(engine_requests))) if stream else None)
 
 
 async def _stream_body(gen: Generation, fmt: CompletionFormat, n: int) -> AsyncIterator[bytes]:

@@ -17,8 +17,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from minisgl_core.api import GenerateRequest
+from minisgl_frontend_openai.answering import run_generation
 from minisgl_frontend_openai.body import parse
-from minisgl_frontend_openai.context import CLIENT_CLOSED_REQUEST, context_of, unavailable
+from minisgl_frontend_openai.context import context_of
 from minisgl_frontend_openai.errors import APIError, bad_request
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.response_store import ResponseStore, StoredResponse
@@ -30,8 +31,6 @@ from minisgl_frontend_openai.responses_input import (
     new_id,
 )
 from minisgl_frontend_openai.responses_stream import Event, ResponseEvents
-from minisgl_frontend_openai.sse import ClientDisconnected, SSEResponse, race_disconnect
-from minisgl_frontend_openai.structured import name_grammar_error
 
 log = logging.getLogger("minisgl_frontend_openai.app")
 MAX_LIST = 100  # input items per page
@@ -92,35 +91,13 @@ async def create_response(request: Request) -> Response:
         except (sqlite3.Error, OSError) as exc:  # the answer stands; only its chain is lost
             log.warning("could not store response %s in %s: %s", final["id"], store.path, exc)
 
-    if not ctx.client.healthy():
-        raise unavailable()
-    gen = Generation(ctx.client, [engine_request], ctx.metrics, group_size=1)
-    gen.start()
-    ctx.live.add(gen)
-
-    async def close() -> None:
-        ctx.live.discard(gen)
-        await gen.aclose()
-
-    try:
-        # the first delta comes before any header: a prompt too long or a grammar the engine
-        # cannot compile is still a 400
-        try:
-            await race_disconnect(request.receive, gen.prelude())
-        except APIError as exc:
-            if exc.param in ("messages", "prompt"):  # chat's fields: here they are the input
-                exc.param = "input"
-            raise name_grammar_error(exc, plan.grammar_param) from None
-        if req.stream:
-            return SSEResponse(_events(gen, answer, keep), on_close=close)
-        final = await race_disconnect(request.receive, _collect(gen, answer))
-    except ClientDisconnected:
-        await close()
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-    except BaseException:
-        await close()
-        raise
-    await close()
+    final = await run_generation(
+        ctx, request, [engine_request], collect=lambda gen: _collect(gen, answer),
+        grammar_param=plan.grammar_param,
+        input_param="input",  # chat's messages / prompt: here they are the input
+        stream=(lambda gen: _events(gen, answer, keep)) if req.stream else None)
+    if isinstance(final, Response):  # the stream, or the client left
+        return final
     await keep(final)
     return JSONResponse(final)
 
