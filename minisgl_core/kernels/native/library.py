@@ -1,6 +1,6 @@
-"""The project's small native library (csrc/: the weight-only matmuls of wo_matmul.c,
-wo_int4_bf16.c and wo_amx.c, the paged decode attention of paged_attention.c): built with the
-system C compiler into a cache directory keyed by the sources and flags, loaded through ctypes.
+"""The project's small native library (every C file under csrc/: the weight-only matmuls, the
+paged decode attention): built with the system C compiler into a cache directory keyed by the
+sources, their names and the flags, loaded through ctypes.
 
 ``library()`` builds it on first use when missing and returns None (its reason logged once, and
 kept in ``failure()``) when there is no compiler or the build fails: callers then use their
@@ -21,9 +21,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 CSRC = Path(__file__).parent.parent / "csrc"
-SOURCES = tuple(CSRC / n for n in ("wo_matmul.c", "wo_int4_bf16.c", "wo_amx.c",
-                                   "paged_attention.c"))
-HEADERS = (CSRC / "cpu_features.h", CSRC / "minisgl_kernels.h")  # in the build key too
+# every C file under csrc/, so a new kernel needs no edit here; sorted: a stable build key
+SOURCES = tuple(sorted(CSRC.glob("**/*.c")))
+HEADERS = tuple(sorted(CSRC.glob("**/*.h")))  # in the build key too
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
 # has already loaded (same soname): one thread pool, not two spinning against each other.
@@ -49,9 +49,15 @@ def target(cc: str) -> Path:
     """Where the library built from today's sources with ``cc`` and FLAGS lives."""
     from minisgl_core.store.paths import cache_dir
 
-    text = (b"".join(s.read_bytes() for s in (*SOURCES, *HEADERS))
+    text = (source_digest_input()
             + " ".join((cc, *FLAGS, *LIBS)).encode())
     return cache_dir() / "native" / f"minisgl-{hashlib.sha256(text).hexdigest()[:16]}.so"
+
+
+def source_digest_input() -> bytes:
+    """Each source's and header's path under csrc/ and its bytes: a moved file is a new build."""
+    return b"".join(s.relative_to(CSRC).as_posix().encode() + b"\0" + s.read_bytes()
+                    for s in (*SOURCES, *HEADERS))
 
 
 def build() -> Path:

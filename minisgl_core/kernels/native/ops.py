@@ -55,7 +55,7 @@ def target(cc: str, cxx: str) -> Path:
     """Where the library built from today's sources, compilers and torch lives."""
     from minisgl_core.store.paths import cache_dir
 
-    parts = [s.read_bytes() for s in (*native.SOURCES, *native.HEADERS, SOURCE)]
+    parts = [native.source_digest_input(), SOURCE.read_bytes()]
     parts.append(" ".join((cc, cxx, *native.FLAGS, *CXX_FLAGS, torch.__version__,
                            str(torch._C._GLIBCXX_USE_CXX11_ABI))).encode())
     key = hashlib.sha256(b"".join(parts)).hexdigest()[:16]
@@ -78,7 +78,9 @@ def build() -> Path:
         objects = []
         flags = [f for f in native.FLAGS if f != "-shared"]  # the C kernels, as in library.py
         for src in native.SOURCES:
-            obj = str(Path(tmp) / f"{src.stem}.o")
+            # named by its path under csrc/: two folders may hold files of one name
+            obj = str(Path(tmp) / (src.relative_to(native.CSRC).as_posix().replace("/", "_")
+                                   .removesuffix(".c") + ".o"))
             native.run_compiler([cc, *flags, "-c", str(src), "-o", obj])
             objects.append(obj)
         ops = str(Path(tmp) / "torch_ops.o")
