@@ -4,6 +4,8 @@ it declares, ctypes binds what it declares, and its constants are Python's."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -49,3 +51,16 @@ def test_the_header_constants_are_pythons() -> None:
     assert tuple(int(t) for t in tops.group(1).split(",")) == base._BUCKET_TOP
     assert int(buckets.group(1)) == len(base.BUCKETS) == len(base._BUCKET_TOP) + 1
     assert 1 << int(tile.group(1)) == weight_only.TILE_ELEMS
+
+
+def test_the_library_exports_only_the_declared_functions() -> None:
+    """What the ISA files share (their rows, helpers) stays inside the library: static or hidden."""
+    nm = shutil.which("nm")
+    if nm is None or library.library() is None:
+        pytest.skip(f"no nm or no native library here: {library.failure()}")
+    cc = library.compiler()
+    assert cc is not None
+    listing = subprocess.run([nm, "-D", "--defined-only", str(library.target(cc))],
+                             capture_output=True, text=True, check=True).stdout
+    exported = {line.split()[-1] for line in listing.splitlines() if line.split()[1:2] == ["T"]}
+    assert exported == set(library.prototypes())

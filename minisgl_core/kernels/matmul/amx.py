@@ -1,5 +1,5 @@
 """bf16 linear layers on AMX's tile multiply straight from the HF weight ``[out, in]``
-(csrc/wo_amx.c loads 16 x 32 weight tiles as they lie): no packed copy, so a tied LM head keeps
+(csrc/amx/wo_amx.c loads 16 x 32 weight tiles as they lie): no packed copy, so a tied LM head keeps
 sharing the embedding table, and at one row it reads the weight faster than oneDNN on it."""
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ The weights are quantized once at load; activations stay in the engine's dtype (
   variant (Q4_0: ``min = -8 scale``) runs on the same kernel; ``SYMMETRIC`` says which is used.
 
 Each scheme has one packed layout and up to three kernels on it, timed against each other per
-row bucket by choice.py: the native one (csrc/wo_matmul.c: reads the packed weight once
+row bucket by choice.py: the native one (csrc/portable/wo_matmul.c: reads the packed weight once
 for all rows, AVX2 or AVX-512 chosen at run time, OpenMP across output rows; a weight row costs
-its unpacking again for every input row), ``*-amx`` for bf16 inputs on AMX hosts (csrc/wo_amx.c:
+its unpacking again for every input row), ``*-amx`` for bf16 inputs on AMX hosts (csrc/amx/wo_amx.c:
 each weight tile unpacked once into bf16 for up to 64 input rows, multiplied by the tile unit),
 and ``*-dequant``, which dequantizes a tile of output rows at a time into the engine's dtype and
 multiplies it with torch's GEMM (other devices, and hosts where the library cannot be built).
@@ -29,7 +29,7 @@ from minisgl_core.kernels.matmul.w8a8 import quantize_weight
 from minisgl_core.kernels.native import library as native
 
 log = logging.getLogger(__name__)
-GROUP = 32  # inputs per int4 group (fixed in wo_matmul.c)
+GROUP = 32  # inputs per int4 group (fixed in csrc/portable/wo_matmul.h)
 # Q4_1 (scale and min per group) rather than Q4_0 (symmetric): on the default model's weights
 # its round-trip error is lower (docs/design/kernels.md, 6. Weight-only int8 and int4), at the
 # same bytes here (both keep a min).
@@ -49,8 +49,9 @@ class Int8Weight:
 
 @dataclass(frozen=True)
 class Int4Weight:
-    """``q [out, groups, 16]`` uint8 (two nibbles a byte, see wo_matmul.c), ``scale`` and
-    ``min`` ``[out, groups]`` fp16; ``in_features`` may be less than ``groups * GROUP``."""
+    """``q [out, groups, 16]`` uint8 (two nibbles a byte, see csrc/portable/wo_matmul.c),
+    ``scale`` and ``min`` ``[out, groups]`` fp16; ``in_features`` may be less than
+    ``groups * GROUP``."""
 
     q: torch.Tensor
     scale: torch.Tensor
@@ -93,8 +94,8 @@ def dequantize_int8(w: Int8Weight, rows: slice = slice(None),
 
 
 def _int4_tile_bf16(w: Int4Weight, rows: slice, dtype: torch.dtype) -> torch.Tensor:
-    """``dequantize_int4(w, rows, bf16)`` by wo_int4_bf16.c in one pass (rounded once, from
-    fp32), else by torch."""
+    """``dequantize_int4(w, rows, bf16)`` by csrc/avx512/wo_int4_bf16.c in one pass (rounded
+    once, from fp32), else by torch."""
     lib = native.library()
     a, b, _ = rows.indices(w.q.shape[0])
     if lib is not None:
@@ -117,7 +118,8 @@ def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None =
     y = torch.empty(rows, out)
     threads, path = torch.get_num_threads(), -1 if isa is None else isa
     if isinstance(w, Int4Weight) and x.dtype == torch.bfloat16 and path in (-1, 2):
-        # AVX512-BF16's dot product where the CPU has it (wo_int4_bf16.c), as the operator does
+        # AVX512-BF16's dot product where the CPU has it (csrc/avx512/wo_int4_bf16.c), as the
+        # operator does
         xb = x.contiguous()
         if lib.wo_int4_bf16(xb.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(),
                             w.min.data_ptr(), out, y.data_ptr(), threads) == 0:
@@ -143,7 +145,7 @@ def amx_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight | torch.Tensor,
                residual: torch.Tensor | None = None, dtype: torch.dtype = torch.float32
                ) -> torch.Tensor | None:
     """``x [T, in] bf16 @ W.T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32 or bf16: summed
-    in fp32, rounded once) on AMX (csrc/wo_amx.c), W int8 / int4 dequantized or a bf16 HF
+    in fp32, rounded once) on AMX (csrc/amx/wo_amx.c), W int8 / int4 dequantized or a bf16 HF
     weight ``[out, in]``; None where the library or the CPU has no AMX."""
     lib = native.library()
     if lib is None or x.dtype != torch.bfloat16 or not lib.wo_has_amx():

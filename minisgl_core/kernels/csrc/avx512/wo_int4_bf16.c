@@ -1,7 +1,7 @@
 /* int4 weights against one row of bf16 inputs, on AVX512-BF16's dot product (vdpbf16ps).
  *
- * The weights are wo_matmul.c's Q4_1 groups (32 inputs per group, 16 bytes, byte j holding
- * element j low and element j + 16 high; fp16 scale and min per group). Read as 16-bit words, a
+ * The weights are portable/wo_matmul.c's Q4_1 groups (32 inputs per group, 16 bytes, byte j
+ * holding element j low and element j + 16 high; fp16 scale and min per group). Read as 16-bit words, a
  * 64-byte block (four groups) holds four nibbles per word; one shift and one vpternlogd put
  * nibble p at bits 3-6 of each word and OR in 0x3F80, bf16's 1.0: the bf16 number 1 + nib / 16,
  * exact, with no conversion. So 8 integer ops unpack 128 weights into four vectors of 32 bf16,
@@ -12,7 +12,7 @@
  * for inputs that already are bf16 (the engine computing in bf16), rounded nowhere else.
  * wo_int4_dequant_bf16 writes a tile of the weight as bf16 instead, for AMX's GEMM from 32 rows.
  */
-#include "minisgl_kernels.h"
+#include "../minisgl_kernels.h"
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -30,7 +30,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "cpu_features.h"
+#include "../cpu_features.h"
 
 int wo_has_bf16(void) {
     __builtin_cpu_init();

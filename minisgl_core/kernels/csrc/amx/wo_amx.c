@@ -1,6 +1,7 @@
 /* Linear layers with bf16 inputs on AMX's tile multiply (tdpbf16ps): int4 and int8 weights from
- * a few rows up, where the dot-product kernels (wo_int4_bf16.c, wo_matmul.c) pay for unpacking
- * every weight again for every row, and bf16 weights as they lie in the HF [out, in] tensor.
+ * a few rows up, where the dot-product kernels (avx512/wo_int4_bf16.c, portable/wo_matmul.c) pay
+ * for unpacking every weight again for every row, and bf16 weights as they lie in the HF
+ * [out, in] tensor.
  *
  * The weight is the A operand: a tile is 16 output rows by one group of 32 inputs. int4 is
  * dequantized into a 1 KB bf16 buffer (row r = output n0 + r, the group's 32 weights in order)
@@ -15,7 +16,7 @@
  * each thread configures its tiles and releases them at the end of the call.
  */
 #define _GNU_SOURCE  /* syscall() */
-#include "minisgl_kernels.h"
+#include "../minisgl_kernels.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
 
-#include "cpu_features.h"
+#include "../cpu_features.h"
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>

@@ -1,0 +1,68 @@
+/* What the weight-only matmul's files share (internal: not part of the library's interface).
+ *
+ * portable/wo_matmul.c holds the entry points (wo_int8, wo_int4), the plain C rows and the
+ * choice of ISA; avx2/ and avx512/ hold the rows for their instruction sets, declared here. Those
+ * are defined with WO_HIDDEN first: not exported from the library, and not taken for an entry
+ * point by the check that the sources define what minisgl_kernels.h declares.
+ */
+#ifndef MINISGL_WO_MATMUL_H
+#define MINISGL_WO_MATMUL_H
+
+#include <stdint.h>
+
+#define WO_HIDDEN __attribute__((visibility("hidden")))
+
+#define TILE 4  /* rows of x a pass over one weight row (their sums stay in registers) */
+#define GROUP 32
+/* How far ahead of the weight being read the next is asked for: the row's end and the rows after
+ * it, which the hardware prefetcher alone fetched too late (int8 at one row: 21-23 GB/s without,
+ * 26-28 GB/s with, 2 threads, a 36 GB/s host; docs/design/kernels.md, 7. The native kernels
+ * alone) */
+#define PREFETCH_BYTES 2048
+#define BLOCK_FLOATS (9 * 16)  /* a block's inputs in lane order (8 x 16), then its lane x-sums */
+
+/* one row of x rearranged for the AVX-512 int4 blocks: [blocks][BLOCK_FLOATS] */
+typedef struct {
+    const float *x;
+    int blocks;  /* ceil(groups / 4): the last block may hold fewer than four groups */
+    int groups;
+} Blocked;
+
+#if defined(__x86_64__)
+#define HAVE_X86 1
+#endif
+
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    union { uint32_t u; float f; } v;
+    if (exp == 0) {  /* zero or subnormal */
+        v.f = (float)man * (1.0f / 16777216.0f);
+        v.u |= sign;
+        return v.f;
+    }
+    v.u = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
+    return v.f;
+}
+
+static inline float nibble(const uint8_t *grp, int j) {
+    return (float)(j < 16 ? grp[j] & 15 : grp[j - 16] >> 4);
+}
+
+#ifdef HAVE_X86
+/* one output row: y[t * out] for every row t of x (avx2/wo_matmul_avx2.c) */
+WO_HIDDEN void wo_i8_row_avx2(const float *x, int T, int in, const int8_t *w, float s, float *y,
+                              int out);
+WO_HIDDEN void wo_i4_row_avx2(const float *x, int T, int in, const uint8_t *w, const uint16_t *sc,
+                              const uint16_t *mn, float *y, int out);
+
+/* the same on AVX-512 (avx512/wo_matmul_avx512.c); at one row of x, i4 reads bx, the row laid
+ * out in blocks by wo_i4_blocks_prep */
+WO_HIDDEN void wo_i8_row_avx512(const float *x, int T, int in, const int8_t *w, float s, float *y,
+                                int out);
+WO_HIDDEN void wo_i4_row_avx512(const float *x, int T, int in, const Blocked *bx,
+                                const uint8_t *w, const uint16_t *sc, const uint16_t *mn,
+                                float *y, int out);
+WO_HIDDEN void wo_i4_blocks_prep(const float *x, int in, int blocks, float *out);
+#endif
+
+#endif
