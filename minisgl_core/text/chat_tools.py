@@ -8,15 +8,25 @@ system prompt, with the instruction to answer ``<tool_call>{"name", "arguments"}
 earlier calls as such blocks in the assistant's content; tool results as user turns wrapped in
 ``<tool_response></tool_response>``. Either way the model is asked for the format the OpenAI
 frontend parses.
+
+The HF way follows what the families' templates expect of a turn: a ``tool`` turn names the
+function it answers (``name``: Hermes' template refuses one without it), and Mistral's template
+takes only call ids of 9 letters and digits, so its ids are shortened the way vLLM shortens them
+(the last 9), the same for a call and for its result.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from minisgl_core.text.tool_parsers import detect
 from minisgl_core.wire.schema import ChatMessage, ToolCall
+
+MISTRAL_ID_LENGTH = 9
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 FALLBACK_PROMPT = (
     "# Tools\n\nYou can call functions to help answer. Their signatures, one JSON object per "
@@ -56,17 +66,27 @@ def conversation(messages: Sequence[ChatMessage], tools_json: str | None,
     if not uses_tools:
         return [{"role": m.role, "content": m.content} for m in messages], None
     if supports_tools(template):
-        return [_native(m) for m in messages], tools
+        names = {c.id: c.name for m in messages for c in m.tool_calls}
+        call_id = mistral_call_id if detect(template) == "mistral" else str
+        return [_native(m, names, call_id) for m in messages], tools
     return _fallback(messages, tools), None
 
 
-def _native(m: ChatMessage) -> dict[str, Any]:
+def mistral_call_id(call_id: str) -> str:
+    """``call_id`` as Mistral's template takes it: its last 9 letters and digits (0-padded)."""
+    return _NOT_ALNUM.sub("", call_id)[-MISTRAL_ID_LENGTH:].rjust(MISTRAL_ID_LENGTH, "0")
+
+
+def _native(m: ChatMessage, names: dict[str, str],
+            call_id: Callable[[str], str]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role, "content": m.content}
     if m.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+        out["tool_calls"] = [{"id": call_id(c.id), "type": "function", "function": {
             "name": c.name, "arguments": _arguments(c.arguments)}} for c in m.tool_calls]
     if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
+        out["tool_call_id"] = call_id(m.tool_call_id)
+        if m.tool_call_id in names:  # the function this result answers
+            out["name"] = names[m.tool_call_id]
     return out
 
 

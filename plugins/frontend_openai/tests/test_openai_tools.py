@@ -27,7 +27,7 @@ def test_conversation_uses_the_template_or_the_fallback() -> None:
     native, passed = conversation(history, tools, "{% for t in tools %}{% endfor %}")
     assert passed == json.loads(tools)
     assert native[1]["tool_calls"][0]["function"] == {"name": "f", "arguments": {"x": 1}}
-    assert native[2] == {"role": "tool", "content": "42", "tool_call_id": "c1"}
+    assert native[2] == {"role": "tool", "content": "42", "tool_call_id": "c1", "name": "f"}
     plain, passed = conversation(history, tools, "{{ messages }}")
     assert passed is None
     assert plain[0]["role"] == "system" and "<tools>" in plain[0]["content"]
