@@ -113,6 +113,9 @@ def launch(
     load_format: Annotated[str | None, typer.Option(
         help="auto (the model's safetensors) or dummy (random weights from its config.json, "
              "for benchmarks at a model's shapes).")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(
+        help="auto (the model's dtype) or int8: KV pages as int8 with a scale per token and "
+             "head, about half bf16's bytes.")] = None,
     set_: SetOpt = None,
 ) -> None:
     """Start the service: tokenizer, scheduler and detokenizer processes behind a frontend."""
@@ -129,7 +132,7 @@ def launch(
         "reasoning_parser": reasoning_parser, "tool_call_parser": tool_call_parser,
         "speculative": speculative, "compile": compile_,
         "prefix_cache_dir": prefix_cache_dir, "prefix_cache_disk_gb": prefix_cache_disk_gb,
-        "load_format": load_format,
+        "load_format": load_format, "kv_cache_dtype": kv_cache_dtype,
     }
     # host, port, api_key and grpc_port are shorthands for the frontends' own tables, below -s
     shorthands = [f"frontends.grpc.port={grpc_port}"] if grpc_port is not None else []

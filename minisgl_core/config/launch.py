@@ -20,7 +20,7 @@ from minisgl_core import deprecated
 from minisgl_core.config import parallel, shorthands
 from minisgl_core.config import roles as config_roles
 from minisgl_core.did_you_mean import suggest
-from minisgl_core.kernels.schemes import QUANTIZATIONS
+from minisgl_core.kernels.schemes import KV_CACHE_DTYPES, QUANTIZATIONS
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
@@ -81,6 +81,7 @@ class LaunchConfig:
     prefix_cache_dir: str | None = None  # the prefix cache's disk tier (docs/prefix-cache.md)
     prefix_cache_disk_gb: float = 10.0  # its budget: least recently used pages go beyond it
     load_format: str = "auto"  # dummy: random weights from config.json (docs/models.md)
+    kv_cache_dtype: str = "auto"  # int8: int8 KV pages, a scale per token and head
     reasoning_parser: str | None = None  # qwen3, deepseek_r1: <think> -> reasoning_content
     # hermes, llama3_json, mistral, qwen3_coder: how tool calls are written (None: the template's)
     tool_call_parser: str | None = None
@@ -126,7 +127,8 @@ class LaunchConfig:
                     f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")
         for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS),
                               ("quantization", QUANTIZATIONS), ("speculative", SPECULATIVE),
-                              ("dp_policy", DP_POLICIES), ("load_format", LOAD_FORMATS)):
+                              ("dp_policy", DP_POLICIES), ("load_format", LOAD_FORMATS),
+                              ("kv_cache_dtype", KV_CACHE_DTYPES)):
             if name in ("quantization", "speculative") and getattr(self, name) is None:
                 continue
             if getattr(self, name) not in allowed:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from minisgl_core.kernels import Workspace, gathered, paged_decode_attention
+from minisgl_core.kernels import Workspace, gathered, kv_int8, paged_decode_attention
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,9 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
                     v_cache: torch.Tensor, meta: AttentionMetadata,
                     ws: Workspace, scale: float | None = None) -> torch.Tensor:
     """``q [T, Hq, D]``, new ``k, v [T, Hkv, D]`` (already stored) -> ``[T, Hq * D]``;
-    ``scale`` multiplies q·k (None: 1 / sqrt(D)). ``windowed(meta, w)`` for a sliding layer."""
+    ``scale`` multiplies q·k (None: 1 / sqrt(D)). ``windowed(meta, w)`` for a sliding layer.
+    The caches may hold packed int8 rows (kernels/kv_int8.py): decode reads them in place, a
+    prefill dequantizes only the slots its requests attend to."""
     d = q.shape[-1]
     q = q.contiguous()  # a strided q (a slice of the fused q|k rows) sends SDPA down a slow path
     outs: list[torch.Tensor] = []
@@ -185,6 +187,8 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        ws: Workspace, scale: float | None) -> torch.Tensor:
     tp, hq, d = q.shape
     if g.fresh_causal:  # [1, H, n, D] straight from the new rows
+        if kv_int8.is_int8(k_cache):  # as stored: the same keys a later chunk or a cache hit sees
+            k, v = kv_int8.fake_quantize(k), kv_int8.fake_quantize(v)
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                            v.transpose(0, 1)[None], attn_mask=g.mask,
                                            is_causal=g.mask is None, enable_gqa=True,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from minisgl_core.kernels import QUANTIZATIONS
+from minisgl_core.kernels.schemes import KV_CACHE_DTYPES
 
 # Fallback KV pool size when num_pages is not given: enough for the context of a few requests
 # without pushing a 135M-parameter fp32 model's process past ~1.5 GiB.
@@ -67,6 +68,9 @@ class EngineConfig:
     prefix_cache_disk_gb: float = 10.0  # budget of the page files in prefix_cache_dir
     # "auto": the model directory's safetensors; "dummy": random weights from its config.json
     load_format: str = "auto"
+    # "auto": KV pages in the model's dtype; "int8": int8 with an fp16 scale per token and head
+    # (kernels/kv_int8.py), about half bf16's bytes
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -91,6 +95,9 @@ class EngineConfig:
             raise ValueError(f"prefix_cache_disk_gb must be > 0, got {self.prefix_cache_disk_gb}")
         if self.load_format not in ("auto", "dummy"):
             raise ValueError(f'load_format must be "auto" or "dummy", got {self.load_format!r}')
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got "
+                             f"{self.kv_cache_dtype!r}")
 
     def spec_options(self) -> SpecOptions:
         """The speculation options (ValueError when they do not fit together)."""

@@ -111,7 +111,8 @@ class Engine:
                                                                self.max_seq_len)
         self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.num_pages)
         self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, kv_heads,
-                         cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix")
+                         cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix",
+                         kv_dtype=config.kv_cache_dtype)
         self.allocator = PageAllocator(self.num_pages)
         self.workspace = Workspace(kv_heads, cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
@@ -131,8 +132,9 @@ class Engine:
             self.tokenizer, self.vocab_size, self.eos_token_ids))
         self._generated_tokens = 0
         release_freed_memory()
-        log.info("engine ready: %s (%s), %d pages x %d tokens, context %d", self.model_name,
-                 cfg.architecture, self.num_pages, self.page_size, self.max_seq_len)
+        log.info("engine ready: %s (%s), %d pages x %d tokens (KV %s), context %d",
+                 self.model_name, cfg.architecture, self.num_pages, self.page_size,
+                 self.kv_cache_dtype, self.max_seq_len)
 
     def _open_prefix_disk(self) -> DiskTier | None:
         c, cache = self.config, self.batcher.cache
@@ -144,7 +146,7 @@ class Engine:
                         "the CPU")
             return None
         disk = open_disk_tier(c.prefix_cache_dir, c.prefix_cache_disk_gb, self.model_path,
-                              self.kv, (c.dtype, c.quantization))
+                              self.kv, (c.dtype, c.quantization, c.kv_cache_dtype))
         cache.attach_disk(disk)
         return disk
 
@@ -208,6 +210,7 @@ class Engine:
                 "vocab_size": str(self.vocab_size), "dtype": self.config.dtype,
                 "dtype_reason": self.dtype_reason,
                 "quantization": self.config.quantization or "none",
+                "kv_cache_dtype": self.kv_cache_dtype,
                 "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own",
                 "compile": "off" if self.compiled is None else "on"}
 
@@ -222,6 +225,11 @@ class Engine:
                            self.page_size, s.num_preemptions, s.prompt_tokens,
                            self._generated_tokens, c.num_pages if c else 0,
                            c.hit_tokens if c else 0, *self._spec_counts(), tiers)
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """What the KV pages hold: "int8", else the model's dtype ("auto" resolved)."""
+        return "int8" if self.kv.quantized else self.config.dtype
 
     def _page_bytes(self) -> int:
         return self.page_size * (self.kv.k[0, 0].nbytes + self.kv.v[0, 0].nbytes) * len(

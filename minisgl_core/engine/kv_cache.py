@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES
+from minisgl_core.kernels import kv_int8
 
 if TYPE_CHECKING:
     from minisgl_core.engine.config import EngineConfig, ModelConfig
@@ -58,6 +59,9 @@ class PageAllocator:
 class KVPool:
     """K and V for every layer: ``[num_slots, n_kv_heads, head_dim]`` each, slot = page * P + i.
 
+    ``kv_dtype`` "auto" stores them in the model's ``dtype``; "int8" as packed int8 rows
+    ``[num_slots, n_kv_heads, head_dim + 2]`` (int8 values, then their fp16 scale:
+    kernels/kv_int8.py), quantized as they are stored; the attention kernels read either.
     Allocated with torch.empty so untouched pages cost no resident memory; page 0 is zeroed
     because padded attention gathers read it (its keys are masked, but 0 * NaN would not be 0).
     ``prefault`` zeroes every page up front: with a prefix cache the pool fills up over time
@@ -66,27 +70,38 @@ class KVPool:
 
     def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: torch.device | str,
-                 prefault: bool = False) -> None:
+                 prefault: bool = False, kv_dtype: str = "auto") -> None:
         self.page_size = page_size
         self.num_pages = num_pages
+        self.head_dim = head_dim
+        self.kv_dtype = kv_dtype
+        self.quantized = kv_dtype == "int8"
+        if self.quantized and head_dim % 2:
+            raise ValueError(f"kv_cache_dtype int8 needs an even head_dim, got {head_dim}")
         slots = (num_pages + 1) * page_size
-        shape = (num_layers, slots, num_kv_heads, head_dim)
-        self.k = torch.empty(shape, dtype=dtype, device=device)
-        self.v = torch.empty(shape, dtype=dtype, device=device)
+        width = kv_int8.row_bytes(head_dim) if self.quantized else head_dim
+        storage = torch.int8 if self.quantized else dtype
+        shape = (num_layers, slots, num_kv_heads, width)
+        self.k = torch.empty(shape, dtype=storage, device=device)
+        self.v = torch.empty(shape, dtype=storage, device=device)
         touched = slots if prefault else page_size
-        self.k[:, :touched].zero_()
+        self.k[:, :touched].zero_()  # int8 zeros: values 0, scale 0.0
         self.v[:, :touched].zero_()
-        self.k_layers = list(self.k.unbind(0))  # per-layer views [num_slots, Hkv, D]
+        self.k_layers = list(self.k.unbind(0))  # per-layer views [num_slots, Hkv, D (+ 2)]
         self.v_layers = list(self.v.unbind(0))
 
     @staticmethod
     def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int,
-                        dtype: torch.dtype) -> int:
+                        dtype: torch.dtype, kv_dtype: str = "auto") -> int:
         """Memory one cached token takes across all layers (K and V)."""
-        return 2 * num_layers * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+        per_head = (kv_int8.row_bytes(head_dim) if kv_dtype == "int8"
+                    else head_dim * torch.finfo(dtype).bits // 8)
+        return 2 * num_layers * num_kv_heads * per_head
 
     def store(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write new keys/values ``[T, Hkv, D]`` at ``slots [T]``."""
+        """Write new keys/values ``[T, Hkv, D]`` at ``slots [T]`` (quantized in an int8 pool)."""
+        if self.quantized:
+            k, v = kv_int8.quantize(k), kv_int8.quantize(v)
         self.k_layers[layer].index_copy_(0, slots, k)
         self.v_layers[layer].index_copy_(0, slots, v)
 
@@ -96,7 +111,8 @@ def default_num_pages(config: EngineConfig, cfg: ModelConfig, num_kv_heads: int,
     """KV pages for DEFAULT_KV_CACHE_BYTES of ``num_kv_heads`` heads, capped at what
     max_running_requests full-context requests can use."""
     dtype: torch.dtype = getattr(torch, config.dtype)
-    per_token = KVPool.bytes_per_token(cfg.num_layers, num_kv_heads, cfg.head_dim, dtype)
+    per_token = KVPool.bytes_per_token(cfg.num_layers, num_kv_heads, cfg.head_dim, dtype,
+                                       config.kv_cache_dtype)
     pages = DEFAULT_KV_CACHE_BYTES // per_token // config.page_size
     one_request = -(-max_seq_len // config.page_size)
     useful = one_request * config.max_running_requests

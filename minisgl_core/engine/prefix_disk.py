@@ -116,9 +116,10 @@ class DiskTier:
         self.files = files
         self.shape = s = files.shape
         # the pool's bytes as pages, [layers, num_pages + 1, page_size * kv_heads * head_dim *
-        # itemsize]: numpy copies them on this thread alone (a parallel torch op per page costs
-        # more than its bytes when other processes hold the cores); the pool is on the CPU
-        row = s.page_size * s.kv_heads * s.head_dim * s.itemsize
+        # itemsize] (int8 rows with their scales: the scales travel with the pages); numpy
+        # copies them on this thread alone (a parallel torch op per page costs more than its
+        # bytes when other processes hold the cores); the pool is on the CPU
+        row = s.page_bytes
         self._k_host = kv.k.view(torch.uint8).numpy().reshape(s.layers, kv.num_pages + 1, row)
         self._v_host = kv.v.view(torch.uint8).numpy().reshape(s.layers, kv.num_pages + 1, row)
         self.root_key = files.fingerprint
@@ -235,10 +236,11 @@ class DiskTier:
 def open_disk_tier(directory: str, budget_gb: float, model_dir: Path, kv: KVPool,
                    fingerprint_parts: tuple[object, ...]) -> DiskTier:
     """The disk tier in ``directory`` for the pool ``kv`` of the model in ``model_dir``."""
-    layers, _, kv_heads, head_dim = kv.k.shape
+    layers, _, kv_heads, width = kv.k.shape
     itemsize = kv.k.element_size()
     dtype = str(kv.k.dtype).removeprefix("torch.")
-    shape = PageShape(layers, kv.page_size, kv_heads, head_dim, dtype, itemsize)
+    scale_bytes = (width - kv.head_dim) * itemsize  # an int8 pool's fp16 scale per row
+    shape = PageShape(layers, kv.page_size, kv_heads, kv.head_dim, dtype, itemsize, scale_bytes)
     fingerprint = model_fingerprint(model_dir, (*fingerprint_parts, shape))
     files = PageFiles(Path(directory), fingerprint, shape, int(budget_gb * 1024 ** 3))
     log.info("prefix cache disk tier: %s (%.1f GB budget, %.2f GB in use)", directory, budget_gb,

@@ -2,7 +2,8 @@
 
 One file per full KV page, ``DIR/<fingerprint>/<key[:2]>/<key>.kvp``: a fixed 128-byte header
 (magic, version, model fingerprint, page key, shape, dtype, payload length, CRC-32 of the payload)
-then the payload, K then V, ``[2, layers, page_size, kv_heads, head_dim]``. A file is written to
+then the payload, K then V, ``[2, layers, page_size, kv_heads, head_dim]`` (an int8 pool's
+rows each followed by their fp16 scale). A file is written to
 a temporary name in its own folder and renamed into place, so a reader (of this or any other
 process) sees a whole page or none. A file whose header or checksum does not match is deleted and
 reported once, never served. Each read touches the file's mtime: eviction deletes the oldest
@@ -35,7 +36,8 @@ STALE_TMP_S = 3600.0  # a temporary file this old was left by a writer that died
 
 @dataclass(frozen=True)
 class PageShape:
-    """What one page file holds: K and V, each ``[layers, page_size, kv_heads, head_dim]``."""
+    """What one page file holds: K and V, each ``[layers, page_size, kv_heads, head_dim]``
+    (an int8 pool's rows carry their scale too: ``scale_bytes`` after each head's values)."""
 
     layers: int
     page_size: int
@@ -43,11 +45,18 @@ class PageShape:
     head_dim: int
     dtype: str  # torch dtype name, e.g. "float32"
     itemsize: int
+    scale_bytes: int = 0  # per (token, head) row: 2 in an int8 pool (its fp16 scale), else 0
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one page of one layer's K (or V)."""
+        return self.page_size * self.kv_heads * (self.head_dim * self.itemsize
+                                                 + self.scale_bytes)
 
     @property
     def payload_bytes(self) -> int:
         """Bytes of K and V of one page."""
-        return 2 * self.layers * self.page_size * self.kv_heads * self.head_dim * self.itemsize
+        return 2 * self.layers * self.page_bytes
 
 
 def chain_key(parent: bytes, tokens: bytes) -> bytes:

@@ -5,8 +5,9 @@ The engine reaches the kernels only through the names below (an import-linter co
 matmul kernel each layer runs per row bucket; ``cpu_features`` says what the CPU may be asked.
 Layout (docs/architecture.md, "Adding a kernel"): ``matmul/`` the matmul kernels by family
 (``dense``, ``w8a8``, ``weight_only``, ``amx``), their ``registry`` and the measured ``choice``;
-``attention`` the decode attention; ``native/`` the C library and the C++ operators built from
-``csrc/``; ``ops`` the custom ops a compiled graph calls; ``handles`` the names those ops use.
+``attention`` the decode attention; ``kv_int8`` the int8 KV cache's rows; ``native/`` the C
+library and the C++ operators built from ``csrc/``; ``ops`` the custom ops a compiled graph
+calls; ``handles`` the names those ops use.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved lazily below
-    from minisgl_core.kernels import cpu_features
+    from minisgl_core.kernels import cpu_features, kv_int8
     from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
     from minisgl_core.kernels.linear import Linear
     from minisgl_core.kernels.matmul import choice
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved la
 # thread compiling a graph while another runs the model.
 _WHERE = {
     "cpu_features": "minisgl_core.kernels.cpu_features",
+    "kv_int8": "minisgl_core.kernels.kv_int8",
     "choice": "minisgl_core.kernels.matmul.choice",
     "Workspace": "minisgl_core.kernels.attention", "gathered": "minisgl_core.kernels.attention",
     "sdpa_decode": "minisgl_core.kernels.attention",
@@ -60,7 +62,8 @@ _WHERE = {
 }
 __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear", "Workspace",
            "all_kernels", "bf16_fast", "bucket_of", "choice", "choose", "cpu_features",
-           "fp32_kernels", "gathered", "new_handle", "padded_rows", "paged_decode_attention",
+           "fp32_kernels", "gathered", "kv_int8", "new_handle", "padded_rows",
+           "paged_decode_attention",
            "python_ops_in_graphs", "role_scheme", "sdpa_decode", "without_collectives"]
 
 

@@ -15,15 +15,18 @@ import os
 import torch
 import torch.nn.functional as F
 
+from minisgl_core.kernels import kv_int8
 from minisgl_core.kernels.native import library as native
 
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 
 
 def usable(q: torch.Tensor, cache: torch.Tensor) -> bool:
-    """Whether the native kernel takes this step: CPU, fp32 or bf16, the library built, and
-    not switched off (``MINISGL_ATTENTION=sdpa``)."""
-    return (q.device.type == "cpu" and q.dtype in _DTYPES and cache.dtype == q.dtype
+    """Whether the native kernel takes this step: CPU, fp32 or bf16 (the cache the same, or
+    packed int8: kv_int8.py), the library built, and not switched off
+    (``MINISGL_ATTENTION=sdpa``)."""
+    return (q.device.type == "cpu" and q.dtype in _DTYPES
+            and (cache.dtype == q.dtype or kv_int8.is_int8(cache))
             and os.environ.get("MINISGL_ATTENTION", "native") != "sdpa"
             and native.library() is not None)
 
@@ -31,9 +34,10 @@ def usable(q: torch.Tensor, cache: torch.Tensor) -> bool:
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            kv_index: torch.Tensor, mask: torch.Tensor | None, scale: float,
            isa: int | None = None) -> torch.Tensor | None:
-    """``q [B, Hq, D]``, caches ``[slots, Hkv, D]``, ``kv_index [B * L]`` slots, ``mask
-    [B, 1, 1, L]`` (None: all visible) -> ``[B, Hq * D]``; None when the kernel does not take
-    these sizes (the caller falls back to SDPA). ``isa``: native.ISAS (None: the widest here)."""
+    """``q [B, Hq, D]``, caches ``[slots, Hkv, D]`` (packed int8: ``[slots, Hkv, D + 2]``),
+    ``kv_index [B * L]`` slots, ``mask [B, 1, 1, L]`` (None: all visible) -> ``[B, Hq * D]``;
+    None when the kernel does not take these sizes (the caller falls back to SDPA). ``isa``:
+    native.ISAS (None: the widest here)."""
     lib = native.library()
     assert lib is not None
     b, hq, d = q.shape
@@ -42,7 +46,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     q = q.contiguous()
     valid = None if mask is None else mask.reshape(b, length).contiguous()
     out = torch.empty((b, hq * d), dtype=q.dtype, device=q.device)
-    done = lib.pa_decode(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+    entry = lib.pa_decode_int8 if kv_int8.is_int8(k_cache) else lib.pa_decode
+    done = entry(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                          kv_index.data_ptr(), None if valid is None else valid.data_ptr(),
                          b, length, hq, hkv, d, ctypes.c_float(scale), _DTYPES[q.dtype],
                          out.data_ptr(), native.best_isa() if isa is None else isa)
@@ -69,7 +74,16 @@ class Workspace:
 
 def gathered(cache: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None, b: int,
               length: int) -> torch.Tensor:
-    """Gather slots (into ``out`` when given) and view them as ``[B, Hkv, L, D]``."""
+    """Gather slots (into ``out`` when given) and view them as ``[B, Hkv, L, D]``. A packed int8
+    cache's rows are gathered, then dequantized (into ``out``, whose dtype they take; without
+    ``out``: fp32): only the slots asked for, never the pool."""
+    if kv_int8.is_int8(cache):
+        rows = kv_int8.dequantize(torch.index_select(cache, 0, index),
+                                  torch.float32 if out is None else out.dtype)
+        if out is not None:
+            out.copy_(rows)
+            rows = out
+        return rows.view(b, length, *rows.shape[1:]).transpose(1, 2)
     if out is None:
         out = torch.index_select(cache, 0, index)
     else:
@@ -85,6 +99,9 @@ def sdpa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     b, hq, d = q.shape
     length = kv_index.shape[0] // b
     kb, vb = (None, None) if ws is None else ws.buffers(b * length)
+    if kb is None and kv_int8.is_int8(k_cache):  # dequantized to q's dtype, SDPA's want
+        kb, vb = (torch.empty((b * length, k_cache.shape[1], d), dtype=q.dtype, device=q.device)
+                  for _ in range(2))
     keys = gathered(k_cache, kv_index, kb, b, length)
     vals = gathered(v_cache, kv_index, vb, b, length)
     o = F.scaled_dot_product_attention(q.unsqueeze(2), keys, vals, attn_mask=mask,

@@ -1,5 +1,6 @@
-"""The quantization schemes (``--quantization``), listed once: the launch config, the engine
-config, the CLI and the kernels all read this tuple. No torch here."""
+"""The quantization schemes (``--quantization``) and KV cache dtypes (``--kv-cache-dtype``),
+listed once: the launch config, the engine config, the CLI and the kernels all read these
+tuples. No torch here."""
 
 from __future__ import annotations
 
@@ -7,3 +8,6 @@ from __future__ import annotations
 # only, inputs in the engine's dtype (matmul/weight_only.py)
 QUANTIZATIONS = ("int8", "int8-wo", "int4")
 WEIGHT_ONLY = ("int8-wo", "int4")
+# "auto": KV pages in the model's dtype; "int8": int8 values with an fp16 scale per token and
+# head (kv_int8.py). vLLM's flag and names
+KV_CACHE_DTYPES = ("auto", "int8")

@@ -81,6 +81,7 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "prefix_cache_dir": getattr(cfg, "prefix_cache_dir", None),
         "prefix_cache_disk_gb": getattr(cfg, "prefix_cache_disk_gb", None),
         "load_format": getattr(cfg, "load_format", None),
+        "kv_cache_dtype": getattr(cfg, "kv_cache_dtype", None),
     }
     config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
     if cfg.tp == 1:

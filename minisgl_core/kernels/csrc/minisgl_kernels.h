@@ -55,6 +55,11 @@ int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, vo
 int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,
               const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,
               void *out, int isa);
+/* the same over caches of packed int8 rows, [slots, Hkv, D + 2]: D values then their fp16
+ * scale (kernels/kv_int8.py); q and out as pa_decode's */
+int pa_decode_int8(const void *q, const void *k_cache, const void *v_cache,
+                   const int64_t *index, const uint8_t *valid, int B, int L, int Hq, int Hkv,
+                   int D, float scale, int bf16, void *out, int isa);
 
 #ifdef __cplusplus
 }

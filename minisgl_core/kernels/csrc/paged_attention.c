@@ -3,7 +3,10 @@
  * q [B, Hq, D]; k_cache, v_cache [slots, Hkv, D]; index [B, L] int64: the slot of each key of
  * each sequence; valid [B, L] uint8 (1 = attend) or NULL (all); out [B, Hq, D]. Query head h
  * reads KV head h / (Hq / Hkv) (grouped-query attention). q, the caches and out are all fp32
- * (bf16 = 0) or all bf16 (bf16 = 1); scores, softmax and sums are fp32.
+ * (bf16 = 0) or all bf16 (bf16 = 1); scores, softmax and sums are fp32. pa_decode_int8 reads
+ * caches of packed int8 rows instead, [slots, Hkv, D + 2] bytes: D int8 values then their fp16
+ * scale (kernels/kv_int8.py); the scale multiplies each key's dot product and each value's
+ * softmax weight, so the values are only widened, never rescaled one by one.
  *
  * The gather-then-SDPA path reads each key and value three times (gather read, gather write,
  * attention read); here each is read once, straight from its page. Work is split over the
@@ -46,11 +49,36 @@ static inline uint16_t float_to_bf16(float f) {  /* round to nearest even, as to
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1)) >> 16);
 }
 
+static inline float fp16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0) {  /* zero or subnormal: man * 2^-24 */
+        float f = (float)man * 5.9604645e-8f;
+        return sign ? -f : f;
+    }
+    v.u = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
+    return v.f;
+}
+
 /* row r of a [*, D] tensor as fp32: in place when it is fp32, else converted into buf */
 static inline const float *load_row(const void *base, int64_t r, int D, int bf16, float *buf) {
     if (!bf16) return (const float *)base + r * D;
     const uint16_t *p = (const uint16_t *)base + r * D;
     for (int d = 0; d < D; d++) buf[d] = bf16_to_float(p[d]);
+    return buf;
+}
+
+/* row r of a KV cache as fp32 and its scale: kv_int8 0 as load_row (scale 1); 1 a packed int8
+ * row of D + 2 bytes, its D values widened into buf (not yet scaled) */
+static inline const float *load_kv_row(const void *base, int64_t r, int D, int bf16,
+                                       int kv_int8, float *buf, float *scale) {
+    if (!kv_int8) {
+        *scale = 1.0f;
+        return load_row(base, r, D, bf16, buf);
+    }
+    const int8_t *p = (const int8_t *)base + r * (D + 2);
+    for (int d = 0; d < D; d++) buf[d] = (float)p[d];
+    *scale = fp16_to_float((uint16_t)((uint8_t)p[D] | ((uint16_t)(uint8_t)p[D + 1] << 8)));
     return buf;
 }
 
@@ -73,13 +101,15 @@ static inline const float *load_row(const void *base, int64_t r, int D, int bf16
                     for (int g = 0; g < G; g++) scores[g * L + l] = -INFINITY;                 \
                     continue;                                                                  \
                 }                                                                              \
-                const float *kr = load_row(k_cache, slots[l] * Hkv + h, D, bf16, row);         \
+                float ks;                                                                      \
+                const float *kr = load_kv_row(k_cache, slots[l] * Hkv + h, D, bf16, kv_int8,   \
+                                              row, &ks);                                       \
                 for (int g = 0; g < G; g++) {                                                  \
                     const float *qg = qf + g * D;                                              \
                     float s = 0.0f;                                                            \
                     _Pragma("omp simd reduction(+:s)")                                         \
                     for (int d = 0; d < D; d++) s += qg[d] * kr[d];                            \
-                    scores[g * L + l] = s * scale;                                             \
+                    scores[g * L + l] = s * ks * scale;                                        \
                 }                                                                              \
             }                                                                                  \
             /* softmax weights of each query head's row, vectorized (libmvec's expf) */         \
@@ -98,9 +128,11 @@ static inline const float *load_row(const void *base, int64_t r, int D, int bf16
             memset(acc, 0, sizeof(float) * (size_t)G * (size_t)D);                             \
             for (int l = 0; l < L; l++) {                                                      \
                 if (ok && !ok[l]) continue;                                                    \
-                const float *vr = load_row(v_cache, slots[l] * Hkv + h, D, bf16, row);         \
+                float vs;                                                                      \
+                const float *vr = load_kv_row(v_cache, slots[l] * Hkv + h, D, bf16, kv_int8,   \
+                                              row, &vs);                                       \
                 for (int g = 0; g < G; g++) {                                                  \
-                    float p = scores[g * L + l];                                               \
+                    float p = scores[g * L + l] * vs;                                          \
                     float *ag = acc + g * D;                                                   \
                     _Pragma("omp simd")                                                        \
                     for (int d = 0; d < D; d++) ag[d] += p * vr[d];                            \
@@ -124,27 +156,38 @@ static inline const float *load_row(const void *base, int64_t r, int D, int bf16
         const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,     \
         void *out
 
-static void decode_c(ARGS) { BODY }
+static void decode_c(ARGS, int kv_int8) { BODY }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void decode_avx2(ARGS) { BODY }
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) static void decode_avx512(ARGS) { BODY }
+__attribute__((target("avx2,fma"))) static void decode_avx2(ARGS, int kv_int8) { BODY }
+__attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+static void decode_avx512(ARGS, int kv_int8) { BODY }
 #endif
 
-/* 0 when done; -1 when a size is beyond what this kernel handles (the caller falls back) */
-int pa_decode(ARGS, int isa) {
+static int run(ARGS, int kv_int8, int isa) {
     if (Hkv < 1 || Hq % Hkv != 0 || Hq / Hkv > MAX_GROUP || D > MAX_DIM || L < 1) return -1;
 #if defined(__x86_64__)
     if (isa >= 2) {
-        decode_avx512(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out);
+        decode_avx512(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out,
+                      kv_int8);
         return 0;
     }
     if (isa == 1) {
-        decode_avx2(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out);
+        decode_avx2(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out,
+                    kv_int8);
         return 0;
     }
 #endif
     (void)isa;
-    decode_c(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out);
+    decode_c(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out, kv_int8);
     return 0;
+}
+
+/* 0 when done; -1 when a size is beyond what this kernel handles (the caller falls back) */
+int pa_decode(ARGS, int isa) {
+    return run(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out, 0, isa);
+}
+
+int pa_decode_int8(ARGS, int isa) {
+    return run(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out, 1, isa);
 }

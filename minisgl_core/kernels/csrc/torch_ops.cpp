@@ -18,6 +18,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -263,12 +264,21 @@ void drop_linear(c10::string_view handle) {
     registry.erase(std::string(handle));
 }
 
+// rows [n, Hkv, D + 2] of a packed int8 cache (kv_int8.py: D values, then the fp16 scale's two
+// bytes) -> [n, Hkv, D] in dtype
+at::Tensor dequantized(const at::Tensor &rows, int64_t d, at::ScalarType dtype) {
+    at::Tensor scale = rows.narrow(-1, d, 2).contiguous().view(at::kHalf).to(at::kFloat);
+    return at::mul(rows.narrow(-1, 0, d).to(at::kFloat), scale).to(dtype);
+}
+
 at::Tensor sdpa_decode(const at::Tensor &q, const at::Tensor &k_cache, const at::Tensor &v_cache,
                        const at::Tensor &kv_index, const std::optional<at::Tensor> &mask,
                        double scale) {  // attention.py's sdpa_decode, without its buffers
     int64_t b = q.size(0), hq = q.size(1), d = q.size(2), len = kv_index.size(0) / b;
     auto gathered = [&](const at::Tensor &cache) {
-        return at::index_select(cache, 0, kv_index).view({b, len, cache.size(1), d}).transpose(1, 2);
+        at::Tensor rows = at::index_select(cache, 0, kv_index);
+        if (cache.scalar_type() == at::kChar) rows = dequantized(rows, d, q.scalar_type());
+        return rows.view({b, len, cache.size(1), d}).transpose(1, 2);
     };
     at::Tensor o = at::scaled_dot_product_attention(q.unsqueeze(2), gathered(k_cache),
                                                     gathered(v_cache), mask, 0.0, false, scale,
@@ -280,8 +290,9 @@ at::Tensor native_decode_attention(const at::Tensor &q_in, const at::Tensor &k_c
                                    const at::Tensor &v_cache, const at::Tensor &kv_index,
                                    const std::optional<at::Tensor> &mask, double scale) {
     const char *choice = std::getenv("MINISGL_ATTENTION");
+    bool kv_int8 = k_cache.scalar_type() == at::kChar;  // packed rows (kv_int8.py)
     bool dtype_ok = (q_in.scalar_type() == at::kFloat || q_in.scalar_type() == at::kBFloat16) &&
-                    k_cache.scalar_type() == q_in.scalar_type();
+                    (k_cache.scalar_type() == q_in.scalar_type() || kv_int8);
     if (!q_in.is_cpu() || !dtype_ok || (choice && std::strcmp(choice, "sdpa") == 0) ||
         !k_cache.is_contiguous() || !v_cache.is_contiguous())
         return sdpa_decode(q_in, k_cache, v_cache, kv_index, mask, scale);
@@ -291,7 +302,8 @@ at::Tensor native_decode_attention(const at::Tensor &q_in, const at::Tensor &k_c
     std::optional<at::Tensor> valid;
     if (mask) valid = mask->reshape({b, len}).contiguous();
     at::Tensor out = at::empty({b, hq * d}, q.options());
-    int done = pa_decode(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+    auto entry = kv_int8 ? pa_decode_int8 : pa_decode;
+    int done = entry(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
                          index.data_ptr<int64_t>(),
                          valid ? static_cast<const uint8_t *>(valid->data_ptr()) : nullptr, b, len,
                          hq, k_cache.size(1), d, static_cast<float>(scale),

@@ -67,7 +67,8 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
     if "dtype" in facts:
         info["dtype"] = facts["dtype"]
         info["dtype_reason"] = facts.get("dtype_reason", "")
-    for key in ("kernels", "compile"):  # the matmul kernels chosen, the decode step compiled
+    # the matmul kernels chosen, what the KV pages hold, the decode step compiled
+    for key in ("kernels", "kv_cache_dtype", "compile"):
         if key in facts:
             info[key] = facts[key]
     return info
