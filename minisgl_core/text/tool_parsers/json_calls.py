@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from minisgl_core.text.tool_parsers.base import FamilyParser
-from minisgl_core.text.tool_parsers.events import Event, partial_suffix
+from minisgl_core.text.tool_parsers.base import FamilyParser, MarkedParser
+from minisgl_core.text.tool_parsers.events import Event
 
 PYTHON_TAG = "<|python_tag|>"
 TOOL_CALLS, ARGS = "[TOOL_CALLS]", "[ARGS]"
@@ -40,42 +40,32 @@ class Llama3JsonParser(FamilyParser):
 
     def __init__(self, functions: Any) -> None:
         super().__init__(functions)
-        self._buf = ""
         self._mode = ""  # "", "calls" or "content": decided by the answer's first characters
         self._at = 0  # calls: where the next call's JSON starts
 
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        return self._scan(final=False)
-
-    def finish(self) -> list[Event]:
-        out = self._scan(final=True)
-        self.end_content(out)
-        return out
-
-    def _scan(self, *, final: bool) -> list[Event]:
+    def scan(self, *, final: bool) -> list[Event]:
         out: list[Event] = []
         if not self._mode:
-            head = self._buf.lstrip()
+            head = self.buf.lstrip()
             if head.startswith((PYTHON_TAG, "{")):
                 self._mode = "calls"
             elif head and (final or not PYTHON_TAG.startswith(head)):
                 self._mode = "content"
             elif final:
-                self.content(self._buf, out)
-                self._buf = ""
+                self.content(self.buf, out)
+                self.buf = ""
                 return out
             else:
                 return out  # nothing but whitespace or the tag's beginning yet
         if self._mode == "calls":
             self._calls(out, final)
         if self._mode == "content":
-            self.content(self._buf, out)
-            self._buf = ""
+            self.content(self.buf, out)
+            self.buf = ""
         return out
 
     def _calls(self, out: list[Event], final: bool) -> None:
-        buf = self._buf
+        buf = self.buf
         while True:
             at = _skip(buf, self._at, " \t\r\n;")
             if buf.startswith(PYTHON_TAG, at):
@@ -87,51 +77,27 @@ class Llama3JsonParser(FamilyParser):
                 return  # the call's JSON is not complete yet
             if decoded is None or not self.json_call(decoded[0], out):
                 # not a call: the rest is content as written (all of it when no call came)
-                self._buf = buf[self._at:] if self.calls else buf
+                self.buf = buf[self._at:] if self.calls else buf
                 self._mode = "content"
                 return
             self._at = decoded[1]
 
 
-class MistralParser(FamilyParser):
+class MistralParser(MarkedParser):
     """Content until ``[TOOL_CALLS]``; after it, the calls as a JSON list (or ``NAME[ARGS]{}``)."""
 
     name = "mistral"
+    marker = TOOL_CALLS
 
-    def __init__(self, functions: Any) -> None:
-        super().__init__(functions)
-        self._buf = ""
-        self._in_calls = False
-
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        return self._scan(final=False)
-
-    def finish(self) -> list[Event]:
-        out = self._scan(final=True)
-        self.end_content(out)
-        return out
-
-    def _scan(self, *, final: bool) -> list[Event]:
-        out: list[Event] = []
-        while True:
-            if not self._in_calls:
-                at = self._buf.find(TOOL_CALLS)
-                if at >= 0:
-                    self.content(self._buf[:at], out)
-                    self._buf, self._in_calls = self._buf[at + len(TOOL_CALLS):], True
-                    continue
-                keep = 0 if final else partial_suffix(self._buf, TOOL_CALLS)
-                self.content(self._buf[:len(self._buf) - keep], out)
-                self._buf = self._buf[len(self._buf) - keep:]
-                return out
-            end = self._calls(self._buf, out)
-            if end is None:
-                if final:  # calls that never completed: content, tag and all
-                    self.content(TOOL_CALLS + self._buf, out)
-                    self._buf = ""
-                return out
-            self._buf, self._in_calls = self._buf[end:], False
+    def calls_after_marker(self, out: list[Event], final: bool) -> bool:
+        end = self._calls(self.buf, out)
+        if end is None:
+            if final:  # calls that never completed: content, marker and all
+                self.content(TOOL_CALLS + self.buf, out)
+                self.buf = ""
+            return False
+        self.buf = self.buf[end:]
+        return True
 
     def _calls(self, buf: str, out: list[Event]) -> int | None:
         """Report the calls at the start of ``buf``; where they end (None: not complete yet,

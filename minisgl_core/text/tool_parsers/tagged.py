@@ -10,58 +10,32 @@ import json
 import re
 from typing import Any
 
-from minisgl_core.text.tool_parsers.base import FamilyParser
-from minisgl_core.text.tool_parsers.events import Event, partial_suffix
+from minisgl_core.text.tool_parsers.base import MarkedParser
+from minisgl_core.text.tool_parsers.events import Event
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.S)
 _PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)(?:</parameter>|(?=<parameter=)|$)", re.S)
 
 
-class TaggedParser(FamilyParser):
+class TaggedParser(MarkedParser):
     """Blocks between ``OPEN`` and ``CLOSE``; ``block`` turns a body into calls."""
 
-    def __init__(self, functions: Any) -> None:
-        super().__init__(functions)
-        self._buf = ""
-        self._in_call = False
+    marker = OPEN
 
     def block(self, body: str, out: list[Event]) -> bool:
         """Report the calls of one block's body (False: it is not a call)."""
         raise NotImplementedError
 
-    def feed(self, text: str) -> list[Event]:
-        self._buf += text
-        return self._scan(final=False)
-
-    def finish(self) -> list[Event]:
-        out = self._scan(final=True)
-        self.end_content(out)
-        return out
-
-    def _scan(self, *, final: bool) -> list[Event]:
-        out: list[Event] = []
-        while True:
-            if not self._in_call:
-                at = self._buf.find(OPEN)
-                if at >= 0:
-                    self.content(self._buf[:at], out)
-                    self._buf, self._in_call = self._buf[at + len(OPEN):], True
-                    continue
-                keep = 0 if final else partial_suffix(self._buf, OPEN)
-                self.content(self._buf[:len(self._buf) - keep], out)
-                self._buf = self._buf[len(self._buf) - keep:]
-                return out
-            at = self._buf.find(CLOSE)
-            if at < 0 and not final:
-                return out
-            body = self._buf if at < 0 else self._buf[:at]
-            self._buf = "" if at < 0 else self._buf[at + len(CLOSE):]
-            self._in_call = False
-            if not self.block(body, out):
-                self.content(OPEN + body + ("" if at < 0 else CLOSE), out)
-            if at < 0:
-                return out
+    def calls_after_marker(self, out: list[Event], final: bool) -> bool:
+        at = self.buf.find(CLOSE)
+        if at < 0 and not final:
+            return False
+        body = self.buf if at < 0 else self.buf[:at]
+        self.buf = "" if at < 0 else self.buf[at + len(CLOSE):]
+        if not self.block(body, out):
+            self.content(OPEN + body + ("" if at < 0 else CLOSE), out)
+        return at >= 0
 
 
 class HermesParser(TaggedParser):
