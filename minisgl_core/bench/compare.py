@@ -29,7 +29,10 @@ IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU
 # `--mode NAME`: the settings of one minisgl service per mode, measured side by side
 MODES = {"fp32": ("dtype=float32",), "bf16": ("dtype=bfloat16",), "int8": ("quantization=int8",),
          "int8-wo": ("quantization=int8-wo",), "int4": ("quantization=int4",),
-         "bf16-int4": ("dtype=bfloat16", "quantization=int4")}
+         "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
+         # the same weights with int8 KV pages (--kv-cache-dtype int8)
+         "fp32-kv-int8": ("dtype=float32", "kv_cache_dtype=int8"),
+         "bf16-kv-int8": ("dtype=bfloat16", "kv_cache_dtype=int8")}
 
 
 def say(message: str) -> None:

@@ -1,15 +1,17 @@
 """``kv_cache_dtype="int8"``: int8 KV rows with an fp16 scale per token and head, read by the
 decode kernel (C, C++ operator, SDPA fallback) and by prefill attention, against fp32 references;
-pages per byte budget; the engine's greedy tokens alone, with speculation, under tp=2 and through
-the prefix cache's disk tier."""
+pages per byte budget; the engine's greedy tokens alone, with speculation, under tp=2, through
+the prefix cache's disk tier, and a --dp 2 service (its meta, page gauges and an abort)."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
@@ -22,6 +24,7 @@ from minisgl_core.kernels import Workspace, kv_int8
 from minisgl_core.kernels import attention as kernel_attention
 from minisgl_core.kernels.native import library as native
 from minisgl_core.kernels.native import ops as native_ops
+from minisgl_core.testing.service import launch_service
 from minisgl_core.testing.tp import generate, generate_tp
 from minisgl_core.wire.schema import SamplingParams
 
@@ -237,3 +240,51 @@ def test_int8_pages_and_their_scales_round_trip_through_the_disk_tier(
     assert list(other.run_until_idle())[-1].cached_tokens == 0
     other.close()
     assert len(list((tmp_path / "b").rglob("*.kvp"))) == 10  # its own pages beside them
+
+
+def test_a_dp2_service_serves_int8_kv_says_so_and_returns_every_page(
+        tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    svc = launch_service(str(tiny_models["qwen2"]), log_dir=tmp_path, args=[
+        "--kv-cache-dtype", "int8", "--dp", "2", "--num-pages", "64",
+        "--max-seq-len-override", "512"])
+    try:
+        card = httpx.get(f"{svc.url}/v1/models", timeout=30).json()["data"][0]
+        assert card["meta"]["kv_cache_dtype"] == "int8"
+        assert "(KV int8)" in svc.log()  # each replica's "engine ready" line
+        body = {"model": card["id"], "prompt": "Hello world", "max_tokens": 8, "temperature": 0}
+        for _ in range(4):  # the dispatcher spreads them over both replicas
+            r = httpx.post(f"{svc.url}/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+        # a streamed request dropped after its first chunk is aborted, its pages freed
+        with httpx.stream("POST", f"{svc.url}/v1/completions", timeout=60,
+                          json={**body, "max_tokens": 400, "stream": True}) as s:
+            next(s.iter_lines())
+
+        def idle(m: dict[str, float]) -> bool:
+            free = [m[f'minisgl_kv_pages_free{{dp_rank="{i}"}}'] for i in range(2)]
+            return free == [64, 64] and m["minisgl_requests_running"] == 0
+
+        m = svc.wait_metrics(idle, what="both replicas idle, every page free")
+        assert m["minisgl_kv_pages_total"] == 128
+    finally:
+        assert svc.stop() == 0
+
+
+def test_bench_perplexity_serves_each_kv_dtype_and_compares_them(
+        tiny_models: dict[str, Path]) -> None:
+    from typer.testing import CliRunner
+
+    from minisgl_core.cli.app import make_app
+    from minisgl_core.plugin.loading import build_manager
+
+    app = make_app(build_manager(), plugin_commands=False)
+    result = CliRunner().invoke(app, [
+        "bench", "perplexity", "--model", str(tiny_models["qwen2"]), "--tokens", "64", "--json",
+        "--kv-cache-dtype", "auto", "--kv-cache-dtype", "int8"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert [r["kv_cache_dtype"] for r in rows] == ["auto", "int8"]
+    assert rows[0]["tokens"] == rows[1]["tokens"] == 64
+    assert rows[0]["perplexity"] > 1 and 0 < abs(rows[1]["vs_first_kv"]) < 0.01
+    refused = CliRunner().invoke(app, ["bench", "perplexity", "--kv-cache-dtype", "fp8"])
+    assert refused.exit_code == 2 and "auto, int8" in refused.output
