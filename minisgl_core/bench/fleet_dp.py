@@ -1,8 +1,8 @@
-"""``minisgl bench dp``: `--dp 2` (1 thread each) vs `--dp 1` (2 threads) on the default model,
-and the prefix-cache hit rate of affinity vs round-robin dispatch on a shared-system-prompt
-workload, same run.
+"""``minisgl bench dp``: `--dp 2` (1 thread each) vs `--dp 1` (2 threads) on the default model
+(or ``--model``), and the prefix-cache hit rate of affinity vs round-robin dispatch on a
+shared-system-prompt workload, same run.
 
-Usage: minisgl bench dp [--concurrency 1 --concurrency 8 ...]
+Usage: minisgl bench dp [--model default] [--concurrency 1 --concurrency 8 ...]
 Throughput: `minisgl bench serve` at each concurrency (``--waves`` x concurrency requests per
 level, at least 4) against one service at a time, both setups at a level one after the other.
 Hit rate: ``--systems`` system prompts of ~``--system-words`` words, each asked
@@ -84,9 +84,11 @@ def dp_command(
         min=1, help="Hit rate: questions per system prompt.")] = 6,
     system_words: Annotated[int, typer.Option(
         min=1, help="Hit rate: words per system prompt.")] = 120,
+    model: Annotated[str, typer.Option(
+        help="Model every service serves: a name, a path or 'default'.")] = "default",
 ) -> None:
-    """--dp 2 against --dp 1 on the default model (throughput per concurrency level) and the
-    prefix-cache hit rate of each dispatch policy, same run."""
+    """--dp 2 against --dp 1 on the default model or ``--model`` (throughput per concurrency
+    level) and the prefix-cache hit rate of each dispatch policy, same run."""
     from minisgl_core.testing.service import launch_service
 
     levels = concurrency or [1, 8, 32]
@@ -94,7 +96,7 @@ def dp_command(
     # each row is printed as soon as it is measured, so a run cut short keeps what it measured
     print("| setup | prefix-cache hit rate |\n|---|---|", flush=True)
     for name, extra in HIT_SETUPS.items():
-        svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
+        svc = launch_service(model, log_dir=tmp, args=[*COMMON, *extra], timeout=600)
         try:
             rate = hit_rate(svc, systems, per_system, system_words)
         finally:
@@ -104,7 +106,7 @@ def dp_command(
     print("|---|---|---|---|---|---|", flush=True)
     for c in levels:  # both setups at one level, one after the other
         for name, extra in SETUPS.items():
-            svc = launch_service("default", log_dir=tmp, args=[*COMMON, *extra], timeout=600)
+            svc = launch_service(model, log_dir=tmp, args=[*COMMON, *extra], timeout=600)
             try:
                 r = serve(svc.url, svc.model_name(), c, max(4, waves * c), max_tokens)
             finally:
