@@ -15,161 +15,30 @@ socket and a raw loopback tcp socket carrying length-prefixed frames from plain 
 from __future__ import annotations
 
 import json
-import multiprocessing
-import socket
-import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from minisgl_core.bench.options import JsonOpt, fail
-from minisgl_core.bench.transport_peer import (
-    QUIT,
-    READY,
-    Measured,
-    QueueReceiver,
-    QueueSender,
-    StreamReceiver,
-    StreamSender,
-    measure_async,
-    measure_sync,
-    peer_loop,
-    peer_process,
-    queue_peer_process,
-    socket_peer_process,
-)
-from minisgl_core.interfaces import Receiver, Sender
-from minisgl_core.service.rundir import private_run_dir
+from minisgl_core.bench.transport_ends import queue_peer, socket_peer, transport_peer
+from minisgl_core.bench.transport_peer import Measured, measure_async, measure_sync
+from minisgl_core.bench.transport_report import REFERENCE, Row, make_row, median_rows, table
 
 DEFAULT_SIZES = (64, 1024, 64 * 1024, 1024 * 1024)
 BASELINE = "mp.Queue"
 RAW = "socket"  # length-prefixed frames on a plain unix or tcp socket (with --endpoints tcp)
-REFERENCE = "zmq"
 PIPE_BUDGET_BYTES = 128 << 20  # cap what one pipe may buffer: hwm = this // largest size
-
-
-@dataclass(frozen=True)
-class Row:
-    """One JSON line / table row."""
-
-    transport: str
-    peer: str  # "process" or "thread"
-    mode: str  # "sync" or "async"
-    size: int
-    p50_us: float
-    p99_us: float
-    round_trips: int
-    msgs_per_s: float
-    mb_per_s: float
-    p50_vs_zmq: float | None
-    thr_vs_zmq: float | None
-    endpoints: str = "ipc"  # "ipc", "tcp" or "tcp+auth" (loopback tcp with keys)
 
 
 def _say(message: str) -> None:
     print(f"bench transport: {message}", file=sys.stderr, flush=True)
-
-
-@contextmanager
-def _transport_peer(name: str, plugins: list[str], options: dict[str, Any],
-                    multiprocess: bool) -> Iterator[tuple[Sender, Receiver]]:
-    """Start the peer of ``name`` and yield the measuring side's (to-peer, from-peer) ends."""
-    from minisgl_core.testing.transports import make_transport
-
-    transport = make_transport(name, plugins, options)
-    proc: Any = None
-    thread: threading.Thread | None = None
-    with private_run_dir(prefix="mb-") as run_dir:
-        down, up = transport.endpoint(run_dir, "down"), transport.endpoint(run_dir, "up")
-        try:
-            rx = transport.pull(up, bind=True)
-            if multiprocess:
-                ctx = multiprocessing.get_context("spawn")
-                proc = ctx.Process(target=peer_process, args=(name, plugins, options, down, up),
-                                   daemon=True)
-                proc.start()
-            else:
-                peer = make_transport(name, plugins, options)
-                thread = threading.Thread(target=_thread_peer, args=(peer, down, up), daemon=True)
-                thread.start()
-            if rx.recv(timeout=120) != READY:
-                raise RuntimeError(f"peer of {name} did not start")
-            tx = transport.push(down)
-            yield tx, rx
-            tx.send(QUIT)
-        finally:
-            if proc is not None:
-                proc.join(10)
-                if proc.is_alive():
-                    proc.kill()
-            if thread is not None:
-                thread.join(10)
-            transport.close()
-
-
-def _thread_peer(transport: Any, down: str, up: str) -> None:
-    try:
-        peer_loop(transport.pull(down, bind=True), transport.push(up))
-    finally:
-        transport.close()
-
-
-@contextmanager
-def _ready_peer(proc: Any, tx: Sender, rx: Receiver,
-                what: str) -> Iterator[tuple[Sender, Receiver]]:
-    """Wait for the peer's READY, hand its ends out, then send QUIT and reap the process."""
-    try:
-        if rx.recv(timeout=120) != READY:
-            raise RuntimeError(f"{what} did not start")
-        yield tx, rx
-        tx.send(QUIT)
-    finally:
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-
-
-@contextmanager
-def _queue_peer(hwm: int) -> Iterator[tuple[Sender, Receiver]]:
-    ctx = multiprocessing.get_context("spawn")
-    down, up = ctx.Queue(hwm), ctx.Queue(hwm)
-    proc = ctx.Process(target=queue_peer_process, args=(down, up), daemon=True)
-    proc.start()
-    with _ready_peer(proc, QueueSender(down), QueueReceiver(up), "queue peer") as ends:
-        yield ends
-
-
-@contextmanager
-def _socket_peer(where: str) -> Iterator[tuple[Sender, Receiver]]:
-    """The host's own ceiling: a unix socket (ipc) or loopback tcp, no messaging library."""
-    family = socket.AF_UNIX if where == "ipc" else socket.AF_INET
-    with private_run_dir(prefix="mb-") as run_dir, socket.socket(family) as listener:
-        listener.bind(str(run_dir / "raw") if where == "ipc" else ("127.0.0.1", 0))
-        listener.listen(1)
-        listener.settimeout(120)
-        ctx = multiprocessing.get_context("spawn")
-        proc = ctx.Process(target=socket_peer_process, daemon=True,
-                           args=(family, listener.getsockname()))
-        proc.start()
-        try:
-            conn, _ = listener.accept()
-        except BaseException:
-            proc.kill()
-            raise
-        with conn:
-            if where == "tcp":
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with _ready_peer(proc, StreamSender(conn), StreamReceiver(conn),
-                             "socket peer") as ends:
-                yield ends
 
 
 def _plan(transports: Sequence[str] | None, endpoints: str, auth: bool,
@@ -201,17 +70,6 @@ def _plan(transports: Sequence[str] | None, endpoints: str, auth: bool,
     return plan, loaded_module_names(pm)
 
 
-def _row(name: str, peer: str, mode: str, size: int, m: Measured,
-         ref: dict[int, Measured], endpoints: str = "ipc") -> Row:
-    base = ref.get(size)
-    p50_ratio = m.p50_us / base.p50_us if base and base.p50_us else None
-    thr_ratio = m.msgs_per_s / base.msgs_per_s if base and base.msgs_per_s else None
-    return Row(name, peer, mode, size, round(m.p50_us, 1), round(m.p99_us, 1), m.round_trips,
-               round(m.msgs_per_s), round(m.mb_per_s, 1),
-               None if p50_ratio is None else round(p50_ratio, 2),
-               None if thr_ratio is None else round(thr_ratio, 3), endpoints)
-
-
 def run(transports: Sequence[str] | None = None, sizes: Sequence[int] | None = None,
         duration: float = 1.0, emit: Any = None, endpoints: str = "ipc",
         auth: bool = False) -> list[Row]:
@@ -230,12 +88,12 @@ def run(transports: Sequence[str] | None = None, sizes: Sequence[int] | None = N
         plan, plugins = _plan(transports, endpoints, auth, key_dir)
         peers: list[tuple[str, str, str, Any, tuple[str, ...]]] = [
             (name, where, "process" if mp else "thread",
-             lambda n=name, m=mp, o={**common, **extra}: _transport_peer(n, plugins, o, m),
+             lambda n=name, m=mp, o={**common, **extra}: transport_peer(n, plugins, o, m),
              ("sync", "async"))
             for name, mp, where, extra in plan]
-        peers.append((BASELINE, "ipc", "process", lambda: _queue_peer(hwm), ("sync",)))
+        peers.append((BASELINE, "ipc", "process", lambda: queue_peer(hwm), ("sync",)))
         if endpoints == "tcp":  # what the kernel gives Python with no library in between
-            peers += [(RAW, where, "process", lambda w=where: _socket_peer(w), ("sync",))
+            peers += [(RAW, where, "process", lambda w=where: socket_peer(w), ("sync",))
                       for where in ("ipc", "tcp")]
         for name, where, peer, start, modes in peers:
             label = name if where == "ipc" else f"{name} over {where}"
@@ -249,7 +107,7 @@ def run(transports: Sequence[str] | None = None, sizes: Sequence[int] | None = N
                             m = measure(tx, rx, size, duration)
                             if (name, where, mode) == (REFERENCE, "ipc", "sync"):
                                 ref[size] = m
-                            row = _row(name, peer, mode, size, m, ref, where)
+                            row = make_row(name, peer, mode, size, m, ref, where)
                             rows.append(row)
                             if emit is not None:
                                 emit(row)
@@ -258,47 +116,6 @@ def run(transports: Sequence[str] | None = None, sizes: Sequence[int] | None = N
             _say(f"{label} done in {time.perf_counter() - t0:.1f} s")
     return rows
 
-
-def _size(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else (
-        f"{n >> 10} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B")
-
-
-def _ratio(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def table(rows: Sequence[Row]) -> str:
-    """A markdown table of ``rows`` (latency in microseconds, one-way)."""
-    head = ("| transport | endpoints | peer | mode | size | p50 us | p99 us | round trips | msg/s "
-            "| MB/s | p50 vs zmq | msg/s vs zmq |")
-    lines = [head, "|" + "---|" * 12]
-    for r in rows:
-        lines.append(f"| {r.transport} | {r.endpoints} | {r.peer} | {r.mode} | {_size(r.size)} "
-                     f"| {r.p50_us:,.1f} "
-                     f"| {r.p99_us:,.1f} | {r.round_trips} | {r.msgs_per_s:,.0f} "
-                     f"| {r.mb_per_s:,.1f} | {_ratio(r.p50_vs_zmq, '.2f')}x "
-                     f"| {_ratio(r.thr_vs_zmq, '.3f')} |")
-    return "\n".join(lines)
-
-
-def median_rows(runs: Sequence[Sequence[Row]]) -> list[Row]:
-    """Per case, the median of each figure over ``runs``; ratios recomputed from the medians."""
-    cases: dict[tuple[str, str, str, int], list[Row]] = {}
-    for rows in runs:
-        for r in rows:
-            cases.setdefault((r.transport, r.endpoints, r.mode, r.size), []).append(r)
-    med: dict[tuple[str, str, str, int], Measured] = {
-        key: Measured(statistics.median(r.p50_us for r in rs),
-                      statistics.median(r.p99_us for r in rs),
-                      int(statistics.median(r.round_trips for r in rs)),
-                      statistics.median(r.msgs_per_s for r in rs),
-                      statistics.median(r.mb_per_s for r in rs))
-        for key, rs in cases.items()}
-    ref = {size: m for (name, where, mode, size), m in med.items()
-           if (name, where, mode) == (REFERENCE, "ipc", "sync")}
-    return [_row(name, rs[0].peer, mode, size, med[(name, where, mode, size)], ref, where)
-            for (name, where, mode, size), rs in cases.items()]
 
 
 def main(transports: list[str] | None = None, sizes: list[int] | None = None,
