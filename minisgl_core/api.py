@@ -84,6 +84,7 @@ from minisgl_core.service.rundir import (
 from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.store.paths import cache_dir
 from minisgl_core.text.detokenize import DetokenizerRole
+from minisgl_core.text.reasoning import syntax_of as reasoning_syntax
 from minisgl_core.text.tokenize import TokenizerRole
 from minisgl_core.text.tool_calls import ToolRequest, ToolRequestError, tool_request
 from minisgl_core.text.tool_parser import Arguments, CallStart, Content, Event, ToolCallParser
@@ -138,10 +139,10 @@ __all__ = [
     "GenerateRequest", "PromptLogprobs", "SamplingParams", "StructuredKind", "StructuredOutput",
     "TextDelta", "TextLogprob", "TextPromptLogprobs", "TokenBatch", "TokenDelta", "TokenLogprob",
     "TokenizedRequest", "ToolCall", "TokenizeCall", "DetokenizeCall", "TokenizerReply",
-    # frontends: the engine, saying no, and tool calls
+    # frontends: the engine, saying no, tool calls and how a reasoning parser marks thinking
     "Arguments", "CallStart", "Content", "EngineClient", "EngineOverloaded",
     "EngineUnavailable", "Event", "RequestRejected", "ToolCallParser", "ToolRequest",
-    "ToolRequestError", "collect_tool_calls", "tool_request",
+    "ToolRequestError", "collect_tool_calls", "reasoning_syntax", "tool_request",
     # roles: what a factory gets, and the core's roles a plugin may wrap
     "DetokenizerRole", "RoleContext", "TokenizerRole", "WorkerSpec", "make_detokenizer",
     "make_scheduler", "make_tokenizer",

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from minisgl_core.api import GenerateRequest
 from minisgl_frontend_openai.context import CLIENT_CLOSED_REQUEST, AppContext, unavailable
 from minisgl_frontend_openai.errors import APIError
-from minisgl_frontend_openai.generation import Generation
+from minisgl_frontend_openai.generation import Generates, Generation
 from minisgl_frontend_openai.sse import ClientDisconnected, SSEResponse, race_disconnect
 from minisgl_frontend_openai.structured import name_grammar_error
 
@@ -25,14 +25,16 @@ async def run_generation(ctx: AppContext, request: Request,
                          collect: Callable[[Generation], Awaitable[T]],
                          stream: Callable[[Generation], AsyncIterator[bytes]] | None = None,
                          group_size: int = 1, grammar_param: str | None = None,
-                         input_param: str | None = None) -> Response | T:
+                         input_param: str | None = None,
+                         client: Generates | None = None) -> Response | T:
     """``stream``: the SSE response of ``stream(gen)``; else what ``collect(gen)`` returns, or a
     499 response when the client left first. ``grammar_param`` names the field whose grammar
     the engine may reject; ``input_param`` the field a prompt error is about (chat's
-    ``messages`` / ``prompt`` when None)."""
+    ``messages`` / ``prompt`` when None); ``client`` generates instead of the app's (a wrapper
+    of it, such as a thinking budget)."""
     if not ctx.client.healthy():
         raise unavailable()
-    gen = Generation(ctx.client, engine_requests, ctx.metrics, group_size=group_size)
+    gen = Generation(client or ctx.client, engine_requests, ctx.metrics, group_size=group_size)
     gen.start()
     ctx.live.add(gen)
 

@@ -40,6 +40,7 @@ from minisgl_frontend_openai.errors import APIError, from_error_info, rejected
 from minisgl_frontend_openai.generation import Generation
 from minisgl_frontend_openai.schemas import ChatCompletionRequest
 from minisgl_frontend_openai.structured import with_structured
+from minisgl_frontend_openai.thinking_budget import ThinkingBudget
 from minisgl_frontend_openai.tools import prepare_tools, tool_request
 
 log = logging.getLogger("minisgl_frontend_openai.app")
@@ -93,11 +94,17 @@ async def create_message(request: Request) -> Response:
         chat_template_kwargs=chat.template_kwargs_json())
     fmt = MessageFormat(message_id=message_id, model=model, tools=tools,
                         show_thinking=req.thinking is None or req.thinking.type != "disabled")
-    return await _answer(ctx, request, engine_request, fmt, bool(req.stream), grammar_param)
+    budget = req.thinking.budget_tokens if req.thinking is not None and \
+        req.thinking.type == "enabled" else None
+    client = None if budget is None or ctx.reasoning_end is None else ThinkingBudget(
+        ctx.client, budget, ctx.reasoning_end)
+    return await _answer(ctx, request, engine_request, fmt, bool(req.stream), grammar_param,
+                         client)
 
 
 async def _answer(ctx: AppContext, request: Request, engine_request: GenerateRequest,
-                  fmt: MessageFormat, stream: bool, grammar_param: str | None) -> Response:
+                  fmt: MessageFormat, stream: bool, grammar_param: str | None,
+                  client: ThinkingBudget | None) -> Response:
     async def full(gen: Generation) -> Response:
         await gen.collect()
         choice = gen.choices[0]
@@ -108,7 +115,7 @@ async def _answer(ctx: AppContext, request: Request, engine_request: GenerateReq
 
     return await run_generation(
         ctx, request, [engine_request], collect=full, grammar_param=grammar_param,
-        stream=(lambda gen: _stream_body(gen, fmt)) if stream else None)
+        stream=(lambda gen: _stream_body(gen, fmt)) if stream else None, client=client)
 
 
 def _usage(prompt_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, int]:

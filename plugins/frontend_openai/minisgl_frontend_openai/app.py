@@ -36,18 +36,21 @@ def build_app(client: EngineClient, *, api_key: str | None = None,
               metrics: FrontendMetrics | None = None,
               served_model_names: Sequence[str] = (), sglang_metrics: bool = False,
               response_store: ResponseStore | None = None,
-              model_path: str | None = None, accept_any_model: bool = False) -> FastAPI:
+              model_path: str | None = None, accept_any_model: bool = False,
+              reasoning_end: str | None = None) -> FastAPI:
     """An OpenAI-compatible app serving ``client``; ``app.state.metrics`` is its FrontendMetrics.
 
     ``served_model_names`` (``--served-model-name``) replace the engine's model name: the first
     is reported, each is accepted. ``sglang_metrics`` adds SGLang's gauge names to /metrics;
     ``model_path`` (``--model``) is what /server_info and /model_info report;
-    ``accept_any_model`` answers a request naming any model (reporting the first served name).
+    ``accept_any_model`` answers a request naming any model (reporting the first served name);
+    ``reasoning_end`` is what ends a reasoning model's thinking (``--reasoning-parser``).
     """
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None, openapi_url=None)
     ctx = AppContext(client=client, metrics=metrics or FrontendMetrics(sglang_names=sglang_metrics),
                      started=int(time.time()), served_model_names=tuple(served_model_names),
-                     aliases=tuple(model_aliases), accept_any_model=accept_any_model)
+                     aliases=tuple(model_aliases), accept_any_model=accept_any_model,
+                     reasoning_end=reasoning_end)
     app.state.ctx = ctx
     app.state.metrics = ctx.metrics
     app.state.live = ctx.live  # generations not yet closed (empty when idle)

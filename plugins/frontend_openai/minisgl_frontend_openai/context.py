@@ -25,6 +25,7 @@ class AppContext:
     served_model_names: tuple[str, ...] = ()  # --served-model-name; empty: the engine's name
     aliases: tuple[str, ...] = ()  # the ``model_aliases`` option: accepted and listed too
     accept_any_model: bool = False  # the ``accept_any_model`` option: any name gets names[0]
+    reasoning_end: str | None = None  # what ends thinking under --reasoning-parser (None: none)
     live: set[Generation] = field(default_factory=set)
 
     def served_names(self) -> list[str]:

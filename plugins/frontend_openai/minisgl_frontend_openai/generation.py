@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from minisgl_core.api import (
-    EngineClient,
     EngineOverloaded,
     EngineUnavailable,
     GenerateRequest,
@@ -29,6 +29,13 @@ from minisgl_frontend_openai.metrics import FrontendMetrics
 log = logging.getLogger(__name__)
 
 _Item = tuple[int, TextDelta | APIError]
+
+
+class Generates(Protocol):
+    """What a Generation needs of the engine: an EngineClient's ``generate``."""
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[TextDelta]:
+        """The request's deltas (see ``EngineClient.generate``)."""
 
 
 @dataclass
@@ -69,7 +76,7 @@ class Usage:
 class Generation:
     """The engine requests behind one HTTP request; choice i belongs to prompt i // group_size."""
 
-    def __init__(self, client: EngineClient, requests: Sequence[GenerateRequest],
+    def __init__(self, client: Generates, requests: Sequence[GenerateRequest],
                  metrics: FrontendMetrics, *, group_size: int) -> None:
         self._client = client
         self._requests = list(requests)

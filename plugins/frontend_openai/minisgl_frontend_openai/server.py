@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from minisgl_core.api import EngineClient, check_port, checked_options
+from minisgl_core.api import EngineClient, check_port, checked_options, reasoning_syntax
 from minisgl_frontend_openai.app import DEFAULT_MAX_BODY_BYTES, build_app, fail_in_flight
 from minisgl_frontend_openai.response_store import (
     DEFAULT_MAX_AGE_S,
@@ -76,6 +76,12 @@ def _response_store(options: Mapping[str, Any]) -> ResponseStore:
                          max_age_s=float(options["responses_store_max_age_s"]))
 
 
+def _reasoning_end(config: LaunchConfig) -> str | None:
+    """What ends thinking under the service's ``--reasoning-parser`` (None: it has none)."""
+    name = getattr(config, "reasoning_parser", None)
+    return reasoning_syntax(name).end if name else None
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -102,7 +108,8 @@ class OpenAIFrontend:
                              sglang_metrics=bool(self.options["sglang_metrics"]),
                              model_path=getattr(config, "model", None),
                              response_store=_response_store(self.options),
-                             accept_any_model=bool(self.options["accept_any_model"]))
+                             accept_any_model=bool(self.options["accept_any_model"]),
+                             reasoning_end=_reasoning_end(config))
         add_ui(self.app, client, config)  # GET / : the chat playground and engine dashboard
         self._socket: socket.socket | None = None
         self._server: _Server | None = None

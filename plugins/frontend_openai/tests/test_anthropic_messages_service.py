@@ -71,6 +71,42 @@ def test_thinking_comes_as_thinking_blocks(service: RunningService) -> None:
     assert final.usage.output_tokens == message.usage.output_tokens
 
 
+THOUGHT = " ".join(f"step{i}" for i in range(16))
+
+
+def test_thinking_stops_at_its_budget(service: RunningService) -> None:
+    """Past budget_tokens the thinking is cut, its request aborted, and the answer continues
+    from the thinking closed: the echo of the same prompt, by a second engine request."""
+    client = sdk(service)
+    content = f"<think>{THOUGHT}</think>the answer"
+    ask = turn(service, content, thinking={"type": "enabled", "budget_tokens": 8})
+    message = client.messages.create(**ask)
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    thought = message.content[0].thinking  # type: ignore[union-attr]
+    assert thought and THOUGHT.startswith(thought) and len(thought) < len(THOUGHT) // 2
+    assert message.content[1].text == content  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    with client.messages.stream(**ask) as stream:
+        deltas = [e.delta.type for e in stream if e.type == "content_block_delta"]
+        final = stream.get_final_message()
+    assert deltas.index("text_delta") > deltas.index("thinking_delta")
+    assert final.content[0].thinking == thought  # type: ignore[union-attr]
+    assert final.usage.output_tokens == message.usage.output_tokens > len(content.split())
+    # nothing of the cut thoughts' requests runs on: every page is back
+    service.wait_metrics(lambda m: m["minisgl_requests_running"] == 0
+                         and m["minisgl_kv_pages_free"] == m["minisgl_kv_pages_total"],
+                         what="every page free")
+    # no room left for an answer under max_tokens: it ends with the thinking
+    short = client.messages.create(**{**ask, "max_tokens": 10})
+    assert [b.type for b in short.content] == ["thinking"]
+    assert short.stop_reason == "max_tokens"
+    # a budget the thinking stays under changes nothing
+    whole = client.messages.create(**turn(service, content, thinking={
+        "type": "enabled", "budget_tokens": 150}))
+    assert whole.content[0].thinking == THOUGHT  # type: ignore[union-attr]
+    assert whole.content[1].text == "the answer"  # type: ignore[union-attr]
+
+
 def test_a_stop_sequence_ends_the_answer(service: RunningService) -> None:
     client = sdk(service)
     ask = turn(service, "one two three four", stop_sequences=["three", "nine"])
