@@ -18,13 +18,14 @@ import resource
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from minisgl_core.bench import options
+from minisgl_core.bench.engine_vs_hf_report import Result, label_of, markdown
 from minisgl_core.bench.options import JsonOpt
 
 PROMPTS = [
@@ -45,24 +46,6 @@ PROMPTS = [
     "What should I pack for a weekend hiking trip in the mountains in early spring?",
     "Tell me a fun fact about octopuses.",
 ]
-
-
-@dataclass(frozen=True)
-class Result:
-    """One batch size's figures."""
-
-    batch: int
-    max_tokens: int
-    engine_tok_s: float
-    hf_tok_s: float
-    ratio: float
-    engine_s: float
-    hf_s: float
-    engine_peak_rss_mib: float
-    system: str = "fp32"  # the engine's weights: fp32 or int8
-    ceiling_tok_s: float = 0.0  # the host's roofline for this model and batch (0: not measured)
-    ceiling_pct: float = 0.0  # engine_tok_s as a percentage of it
-    bound: str = ""  # "bandwidth" or "compute": which side of the roofline holds
 
 
 def _prompts(batch: int) -> list[str]:
@@ -132,7 +115,7 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
     # int8 (W8A8) takes fp32 activations only: not paired with another dtype
     modes = [(d, q, c) for d in dtypes for q in quantization if q != "int8" or d == "float32"
              for c in ((False, True) if compile_step else (False,))]
-    systems = ", ".join(_label(d, q, c) for d, q, c in modes)
+    systems = ", ".join(label_of(d, q, c) for d, q, c in modes)
     say(f"model {path.name}, engine {systems} vs transformers fp32, {threads} threads{split}, "
         f"{max_tokens} new tokens per prompt, best of {repeat}")
     per_rank = threads_per_rank(threads, tp)
@@ -152,7 +135,7 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
                 group = LocalGroup(config, resolved.model_class, tp)
                 stack.callback(group.close)
                 engine = group.engine
-            label = _label(d, q, c)
+            label = label_of(d, q, c)
             engines[label] = engine
             facts = engine.info()
             say(f"  {label}: dtype {facts['dtype']} ({facts['dtype_reason']}), "
@@ -164,18 +147,6 @@ def main(model: str | None, batch_sizes: list[int], max_tokens: int, json_lines:
                 say(f"  {label}: decode step {engine.compiled.status()} ({took})")
         _compare(engines, path, batch_sizes, max_tokens, json_lines, profile, repeat,
                  threads={"engine": per_rank, "hf": threads}, ceilings=ceilings)
-
-
-def _label(dtype: str, quantization: str | None, compiled: bool = False) -> str:
-    """A system's name in the table: ``fp32``, ``bf16``, ``auto``, ``int8``, ``bf16-int8``, and
-    ``+compiled`` after it when its decode step is compiled."""
-    short = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
-    name = short if quantization is None else \
-        quantization if dtype == "float32" else f"{short}-{quantization}"
-    return f"{name}{COMPILED}" if compiled else name
-
-
-COMPILED = "+compiled"
 
 
 def _compare(engines: dict[str, Any], path: Any, batch_sizes: list[int], max_tokens: int,
@@ -244,32 +215,6 @@ def _compare(engines: dict[str, Any], path: Any, batch_sizes: list[int], max_tok
                 print(json.dumps(asdict(r)), flush=True)
     if not json_lines:
         print(markdown(results))
-
-
-def markdown(results: Sequence[Result]) -> str:
-    """The results as a markdown table (int8 rows also as a multiple of fp32's)."""
-    fp32 = {r.batch: r.engine_tok_s for r in results if r.system == "fp32"}
-    by_system = {(r.system, r.batch): r.engine_tok_s for r in results}
-    compiled = any(r.system.endswith(COMPILED) for r in results)
-    lines = ["| batch | engine | engine tok/s | % of host ceiling | transformers tok/s | ratio "
-             "| vs fp32 engine |" + (" compiled vs eager |" if compiled else ""),
-             "| ---: | :--- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if compiled else "")]
-    for r in results:
-        pct = f"{r.ceiling_pct:.0f}% of {r.ceiling_tok_s:.0f} ({r.bound})" if r.bound else "-"
-        vs = f"{r.engine_tok_s / fp32[r.batch]:.2f}x" if r.batch in fp32 else "-"
-        line = (f"| {r.batch} | {r.system} | {r.engine_tok_s:.1f} | {pct} | "
-                f"{r.hf_tok_s:.1f} | {r.ratio:.2f}x | {vs} |")
-        if compiled:
-            eager = by_system.get((r.system.removesuffix(COMPILED), r.batch))
-            gain = f"{r.engine_tok_s / eager:.2f}x" if r.system.endswith(COMPILED) and eager \
-                else "-"
-            line += f" {gain} |"
-        lines.append(line)
-    if results:
-        lines.append(f"\nengine peak RSS: {results[0].engine_peak_rss_mib:.0f} MiB"
-                     + (" (all engines of the run together)" if len(fp32) < len(results)
-                        else ""))
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
