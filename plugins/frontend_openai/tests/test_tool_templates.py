@@ -52,16 +52,16 @@ ANSWERS = {
 }
 # Llama 3's call is the whole answer: it has no words before it
 CONTENT = {family: "" if family == "llama3_json" else "Let me check." for family in FAMILIES}
-# how each template writes an earlier call (arguments {"city": "Paris"}) and its result
+# pieces of how each template writes an earlier call (arguments {"city": "Paris"}) and its result
 RENDERED = {
-    "hermes": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    "hermes": ("<tool_call>\n{", '"name": "get_weather"', '"arguments": {"city": "Paris"}',
                '<tool_response>\n{"name": "get_weather", "content": "sunny, 21 C"}\n'
-               '</tool_response>'),
+               "</tool_response>"),
     "llama3_json": ('<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", '
                     '"parameters": {"city": "Paris"}}<|eot_id|>',
                     '<|start_header_id|>ipython<|end_header_id|>\n\n{"output": "sunny, 21 C"}'),
     "mistral": ('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "',
-                '[TOOL_RESULTS] {"content": "sunny, 21 C", "call_id": "'),
+                '[TOOL_RESULTS] {"content": ', "sunny, 21 C", '"call_id": "'),
     "qwen3_coder": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                     "</function>\n</tool_call>", "<tool_response>\nsunny, 21 C\n</tool_response>"),
 }
@@ -174,11 +174,10 @@ def test_the_parser_is_picked_from_the_template(family: SimpleNamespace) -> None
 def check_rendered(family: SimpleNamespace) -> None:
     """The last prompt holds the tools, the earlier call and its result, the template's way."""
     prompt = family.engine.prompts[-1]
-    call, result = RENDERED[family.name]
     assert DESCRIPTION in prompt, prompt
     # Mistral's template writes the system prompt only into a conversation's last user turn
     assert ("be brief" in prompt) == (family.name != "mistral"), prompt
-    assert call in prompt and result in prompt, prompt
+    assert all(piece in prompt for piece in RENDERED[family.name]), prompt
     if family.name == "mistral":  # the call's id and the result's are the same 9 characters
         ids = re.findall(r'"(?:id|call_id)": "([^"]*)"', prompt)
         assert len(ids) == 2 and ids[0] == ids[1] and re.fullmatch("[A-Za-z0-9]{9}", ids[0])
