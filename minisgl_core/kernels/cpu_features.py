@@ -29,7 +29,7 @@ IMPLIES: Mapping[str, tuple[str, ...]] = {
     "avx512": ("avx2",), "avx512_vnni": ("avx512",), "avx512_bf16": ("avx512",),
     "amx": ("avx512_bf16", "avx512_vnni"),
 }
-# The host kinds the engine is tested on, as masks (docs/architecture.md, "Host kinds")
+# The host kinds the engine is tested on, as masks (README.md, "Speed on the host it runs on")
 HOST_KINDS: Mapping[str, str] = {
     "avx2": "avx2",  # AMD EPYC before Zen 4: bf16 emulated
     "avx512-bf16": "avx512_vnni,avx512_bf16",  # AMD Zen 4/5, Intel without AMX
