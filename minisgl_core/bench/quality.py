@@ -33,7 +33,8 @@ LLAMACPP_CTX = 512  # llama-perplexity's default context, the chunk of its metho
 TARGET_PPL_RATIO = 1.03  # int8 perplexity within 3% of fp32's
 # the other modes' targets (perplexity at most this times fp32's): weight-only keeps activations
 # (a weight-only mode with bf16 activations, "bf16-int4", is held to its scheme's)
-TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05, "bf16": 1.005}
+TARGETS = {"int8": TARGET_PPL_RATIO, "int8-wo": 1.005, "int4": 1.05, "bf16": 1.005,
+           "kv-int8": 1.01}  # int8 KV pages (--kv-cache-dtype int8): within 1%
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,10 @@ def _prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def main(model: str | None, quantization: Sequence[str | None], tokens: int = 4096,
          max_tokens: int = 32, json_lines: bool = False, threads: int | None = None,
-         bf16: bool = False, peer: str | None = None) -> int:
-    """Measure fp32, bf16 if asked, and each quantization (in fp32); with ``peer="llamacpp"``
-    llama.cpp too. Print a table (or JSON lines); 1 if a target fails."""
+         bf16: bool = False, peer: str | None = None, kv_int8: bool = False) -> int:
+    """Measure fp32, bf16 if asked, and each quantization (in fp32); with ``kv_int8`` fp32 (and
+    bf16) with int8 KV pages; with ``peer="llamacpp"`` llama.cpp too. Print a table (or JSON
+    lines); 1 if a target fails."""
     import os
     from pathlib import Path
 
@@ -187,19 +189,24 @@ def main(model: str | None, quantization: Sequence[str | None], tokens: int = 40
     resolved = resolve(model)
     path = Path(resolved.path)
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if json_lines else print
-    # (label, quantization, dtype); fp32 first: the others are compared with it
-    systems = [("fp32", None, "float32"), *([("bf16", None, "bfloat16")] if bf16 else []),
-               *[(q, q, "float32") for q in quantization if q is not None],
+    # (label, quantization, dtype, KV dtype); fp32 first: the others are compared with it
+    systems = [("fp32", None, "float32", "auto"),
+               *([("bf16", None, "bfloat16", "auto")] if bf16 else []),
+               *[(q, q, "float32", "auto") for q in quantization if q is not None],
                # the weight-only schemes with bf16 activations too (what --dtype auto runs them
                # in where bf16 measures faster); int8 W8A8 always quantizes fp32 inputs
-               *[(f"bf16-{q}", q, "bfloat16") for q in quantization if bf16 and q in SCHEMES]]
+               *[(f"bf16-{q}", q, "bfloat16", "auto") for q in quantization
+                 if bf16 and q in SCHEMES],
+               *([("kv-int8", None, "float32", "int8")] if kv_int8 else []),
+               *([("bf16-kv-int8", None, "bfloat16", "int8")] if kv_int8 and bf16 else [])]
     results: list[Quality] = []
     reference: list[list[int]] = []
     ids: list[int] = []
     text = ""
-    for label, q, dtype in systems:
+    for label, q, dtype, kv in systems:
         engine = Engine(EngineConfig(model=str(path), cache="naive", quantization=q,
-                                     dtype=dtype, num_threads=torch.get_num_threads()),
+                                     dtype=dtype, num_threads=torch.get_num_threads(),
+                                     kv_cache_dtype=kv),
                         resolved.model_class)
         if not ids:
             ids = list(engine.tokenizer.encode(corpus_text(), add_special_tokens=False))[:tokens]
@@ -272,13 +279,18 @@ def quality_command(
         help="llamacpp: also llama.cpp's own perplexity of the GGUF (Q4_1) and its Q8_0 on the "
              "same tokens, and every row by its method (`make bench-peers PEERS=llamacpp`).")
     ] = None,
+    kv_cache_dtype: Annotated[str, typer.Option(
+        help="int8: also fp32 (and with --bf16, bf16) with int8 KV pages.")] = "auto",
     json_: JsonOpt = False,
 ) -> None:
     """Perplexity on pydoc_data.topics and greedy agreement with fp32; exit 1 if a mode misses
     its target (perplexity within 3% of fp32's for int8, 0.5% for int8-wo and bf16, 5% for
-    int4; "Paris" answered)."""
+    int4, 1% for int8 KV pages; "Paris" answered)."""
+    if kv_cache_dtype not in ("auto", "int8"):
+        raise fail(f'--kv-cache-dtype must be auto or int8, got "{kv_cache_dtype}"')
     chosen = quantizations(quantization or [])
     if peer not in (None, "llamacpp"):
         raise fail(f'--peer must be llamacpp, got "{peer}"')
     raise typer.Exit(main(model=model, quantization=chosen, tokens=tokens, json_lines=json_,
-                          threads=threads, bf16=bf16, peer=peer))
+                          threads=threads, bf16=bf16, peer=peer,
+                          kv_int8=kv_cache_dtype == "int8"))

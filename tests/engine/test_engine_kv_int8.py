@@ -288,3 +288,21 @@ def test_bench_perplexity_serves_each_kv_dtype_and_compares_them(
     assert rows[0]["perplexity"] > 1 and 0 < abs(rows[1]["vs_first_kv"]) < 0.01
     refused = CliRunner().invoke(app, ["bench", "perplexity", "--kv-cache-dtype", "fp8"])
     assert refused.exit_code == 2 and "auto, int8" in refused.output
+
+
+def test_bench_quality_puts_int8_kv_next_to_fp32(tiny_models: dict[str, Path],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from minisgl_core.bench import quality
+
+    threads = torch.get_num_threads()
+    try:  # the tiny model's whole context: its keys and values as int8 pages give them back
+        quality.main(str(tiny_models["qwen2"]), [], tokens=500, max_tokens=4, json_lines=True,
+                     threads=1, kv_int8=True)
+    finally:
+        torch.set_num_threads(threads)
+    rows = [quality.Quality(**json.loads(line)) for line in capsys.readouterr().out.splitlines()]
+    assert [r.system for r in rows] == ["fp32", "kv-int8"]
+    fp32, int8 = rows
+    assert int8.perplexity != fp32.perplexity
+    assert int8.perplexity == pytest.approx(fp32.perplexity, rel=0.01)
+    assert int8.agreement >= 0.9
