@@ -105,6 +105,11 @@ def launch(
         "--compile/--no-compile",
         help="Compile the decode step (torch.compile, in the background; eager meanwhile; "
              "cached for the next start).")] = None,
+    deterministic: Annotated[bool | None, typer.Option(
+        "--deterministic/--no-deterministic",
+        help="Batch-invariant kernels: a request's tokens do not depend on the other requests, "
+             "prefill chunking, --speculative or --compile (slower; docs/speculative.md).")
+    ] = None,
     prefix_cache_dir: Annotated[str | None, typer.Option(
         help="Keep full KV pages of cached prefixes in this directory too (off by default); "
              "they survive restarts.")] = None,
@@ -131,6 +136,7 @@ def launch(
         "scheduler": scheduler, "quantization": quantization,
         "reasoning_parser": reasoning_parser, "tool_call_parser": tool_call_parser,
         "speculative": speculative, "compile": compile_,
+        "deterministic": deterministic,
         "prefix_cache_dir": prefix_cache_dir, "prefix_cache_disk_gb": prefix_cache_disk_gb,
         "load_format": load_format, "kv_cache_dtype": kv_cache_dtype,
     }

@@ -78,6 +78,8 @@ class LaunchConfig:
     prompt_lookup_min: int = 2  # shortest suffix n-gram looked up (docs/speculative.md)
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
     compile: bool = False  # decode steps as torch.compile'd graphs (docs/design/kernels.md, 12.)
+    # batch-invariant kernels: tokens independent of the batch (docs/speculative.md)
+    deterministic: bool = False
     prefix_cache_dir: str | None = None  # the prefix cache's disk tier (docs/prefix-cache.md)
     prefix_cache_disk_gb: float = 10.0  # its budget: least recently used pages go beyond it
     load_format: str = "auto"  # dummy: random weights from config.json (docs/models.md)

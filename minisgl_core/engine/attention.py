@@ -4,17 +4,19 @@ A step's tokens are packed as ``[T, ...]``: first one token per decoding request
 tokens of each prefilling request. Decode rows attend through one padded gather of their cached
 keys; prefill rows are padded to ``[B, Lq]`` with a bottom-right-aligned causal mask (query i of a
 request with ``start`` cached tokens sits at position start + i and sees keys 0..start + i).
+Under ``--deterministic`` (``RowKeys``) every row, decode or prefill, attends by the
+batch-invariant kernel instead, reading its own keys in position order (kernels/invariant.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
-from minisgl_core.kernels import Workspace, gathered, kv_int8, paged_decode_attention
+from minisgl_core.kernels import Workspace, gathered, invariant, kv_int8, paged_decode_attention
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,16 @@ class GroupMeta:
 
 
 @dataclass(frozen=True)
+class RowKeys:
+    """Each row's keys for the batch-invariant attention: row t sees keys 0..positions[t] of
+    sequence ``row_seq[t]`` (the last ``window`` of them when window > 0)."""
+
+    seq_slots: torch.Tensor  # [S, L] slot of each key of each sequence (0 past its end)
+    row_seq: torch.Tensor  # [T] int64
+    window: int = 0
+
+
+@dataclass(frozen=True)
 class AttentionMetadata:
     """Everything attention needs for one step (shared by every layer)."""
 
@@ -41,6 +53,7 @@ class AttentionMetadata:
     num_decode: int  # the first num_decode rows are decode tokens
     decode: GroupMeta | None
     prefill: GroupMeta | None
+    rows: RowKeys | None = None  # set under --deterministic: every row attends by its keys
     # the same step seen by sliding-window layers, by window (built once, by windowed())
     windows: dict[int, AttentionMetadata] = field(default_factory=dict, compare=False,
                                                  repr=False)
@@ -65,8 +78,10 @@ def _slot_matrix(pages: Sequence[Sequence[int]], lengths: Sequence[int],
 
 def build_metadata(decode: Sequence[tuple[Sequence[int], int]],
                    prefill: Sequence[tuple[Sequence[int], int, int]],
-                   page_size: int, device: torch.device | str) -> AttentionMetadata:
-    """``decode``: (pages, kv_len incl. the new token); ``prefill``: (pages, start, num_new)."""
+                   page_size: int, device: torch.device | str,
+                   invariant_rows: bool = False) -> AttentionMetadata:
+    """``decode``: (pages, kv_len incl. the new token); ``prefill``: (pages, start, num_new);
+    ``invariant_rows``: also each row's keys for the batch-invariant attention."""
     positions: list[int] = []
     out_slots: list[int] = []
     for pages, kv_len in decode:
@@ -88,8 +103,16 @@ def build_metadata(decode: Sequence[tuple[Sequence[int], int]],
     pmeta = None
     if prefill:
         pmeta = _prefill_meta(prefill, page_size, device)
+    rows = None
+    if invariant_rows:
+        seqs = [p for p, _ in decode] + [p for p, _, _ in prefill]
+        lens = [n for _, n in decode] + [s + n for _, s, n in prefill]
+        slots, _ = _slot_matrix(seqs, lens, page_size)
+        row_seq = list(range(len(decode))) + [len(decode) + i for i, (_, _, n) in
+                                              enumerate(prefill) for _ in range(n)]
+        rows = RowKeys(dev(slots), dev(torch.tensor(row_seq)))
     return AttentionMetadata(dev(torch.tensor(positions)), dev(torch.tensor(out_slots)),
-                             len(decode), dmeta, pmeta)
+                             len(decode), dmeta, pmeta, rows)
 
 
 def _prefill_meta(prefill: Sequence[tuple[Sequence[int], int, int]], page_size: int,
@@ -131,8 +154,9 @@ def windowed(meta: AttentionMetadata, window: int) -> AttentionMetadata:
             meta.decode, meta.positions[:nd], window)
         prefill = None if meta.prefill is None else _windowed_prefill(
             meta.prefill, meta.positions[nd:], window)
+        rows = None if meta.rows is None else replace(meta.rows, window=window)
         meta.windows[window] = AttentionMetadata(meta.positions, meta.out_slots, nd, decode,
-                                                 prefill)
+                                                 prefill, rows)
     return meta.windows[window]
 
 
@@ -169,6 +193,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     The caches may hold packed int8 rows (kernels/kv_int8.py): decode reads them in place, a
     prefill dequantizes only the slots its requests attend to."""
     d = q.shape[-1]
+    if meta.rows is not None:
+        r = meta.rows
+        return invariant.attention(q, k_cache, v_cache, r.seq_slots, r.row_seq, meta.positions,
+                                   d ** -0.5 if scale is None else scale, r.window)
     q = q.contiguous()  # a strided q (a slice of the fused q|k rows) sends SDPA down a slow path
     outs: list[torch.Tensor] = []
     nd = meta.num_decode

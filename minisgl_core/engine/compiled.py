@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, Workspace
+from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, RowKeys, Workspace
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.kernels import python_ops_in_graphs, without_collectives
 
@@ -35,14 +35,18 @@ _WARM_LEN = 17  # keys in the warm-up steps: any length >= 2 that no other size 
 
 def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
                  out_slots: torch.Tensor, kv_index: torch.Tensor, mask: torch.Tensor | None,
-                 kv: KVPool, ws: Workspace) -> torch.Tensor:
+                 kv: KVPool, ws: Workspace, invariant_rows: bool = False) -> torch.Tensor:
     """One decode-only forward from tensors alone: ``input_ids [B]``, ``kv_index [B * L]``,
     ``mask [B, 1, 1, L]`` (None: every key visible) -> hidden states ``[B, H]``. The batch and
-    the context length are read from shapes, never from Python ints, so they stay symbolic."""
+    the context length are read from shapes, never from Python ints, so they stay symbolic.
+    ``invariant_rows``: attention by the batch-invariant kernel (--deterministic)."""
     b = input_ids.shape[0]
     group = GroupMeta(b, 1, kv_index.shape[0] // b, kv_index, mask, None, None, False)
-    return model.forward(input_ids, AttentionMetadata(positions, out_slots, b, group, None), kv,
-                         ws)
+    rows = None
+    if invariant_rows:  # row i is sequence i; it sees keys 0..positions[i]
+        rows = RowKeys(kv_index.view(b, -1), torch.arange(b, device=input_ids.device))
+    return model.forward(input_ids, AttentionMetadata(positions, out_slots, b, group, None, rows),
+                         kv, ws)
 
 
 def inductor_cache() -> str:
@@ -57,8 +61,10 @@ class CompiledDecode:
     """``forward(input_ids, meta, kv, ws)`` as the model's, compiled for decode-only steps once
     ``start()``'s background compiles finish; eager for everything else."""
 
-    def __init__(self, model: Any, kv: KVPool, ws: Workspace, device: torch.device) -> None:
+    def __init__(self, model: Any, kv: KVPool, ws: Workspace, device: torch.device,
+                 invariant_rows: bool = False) -> None:
         self.model, self.kv, self.ws, self.device = model, kv, ws, device
+        self.invariant_rows = invariant_rows  # --deterministic: _decode_step's invariant_rows
         inductor_cache()
         self._compiled = torch.compile(_decode_step, options={"cpp_wrapper": True})
         self._run_only = torch._dynamo.run(_decode_step)
@@ -146,7 +152,8 @@ class CompiledDecode:
                 torch._dynamo.mark_dynamic(t, 0)
             torch._dynamo.mark_dynamic(mask, 0)
             torch._dynamo.mark_dynamic(mask, 3)
-        return self.model, ids, positions, slots, kv_index, mask, self.kv, self.ws
+        return self.model, ids, positions, slots, kv_index, mask, self.kv, self.ws, \
+            self.invariant_rows
 
     # ---- serving -----------------------------------------------------------------------------
 
@@ -162,4 +169,4 @@ class CompiledDecode:
         if mask is None and batch > 1:  # the batch graph always takes a mask
             mask = torch.ones(batch, 1, 1, g.kv_len, dtype=torch.bool, device=input_ids.device)
         return self._run_only(self.model, input_ids, meta.positions, meta.out_slots, g.kv_index,
-                              mask, kv, ws)
+                              mask, kv, ws, self.invariant_rows)

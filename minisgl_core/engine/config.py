@@ -63,6 +63,9 @@ class EngineConfig:
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
     compile: bool = False  # decode steps through torch.compile'd graphs (compiled.py)
+    # batch-invariant kernels: a request's tokens do not depend on the batch, the prefill
+    # chunking, speculation or compilation (docs/speculative.md, "Deterministic mode")
+    deterministic: bool = False
     # the prefix cache's disk tier (prefix_disk.py): None keeps it in RAM only
     prefix_cache_dir: str | None = None
     prefix_cache_disk_gb: float = 10.0  # budget of the page files in prefix_cache_dir
@@ -91,6 +94,12 @@ class EngineConfig:
         if self.speculative is not None and self.speculative != "ngram":
             raise ValueError(f'speculative must be "ngram" or None, got {self.speculative!r}')
         self.spec_options()  # checks them
+        if self.deterministic and self.kv_cache_dtype != "auto":
+            raise ValueError("deterministic needs kv_cache_dtype auto (its attention kernel "
+                             "reads fp32 or bf16 pages)")
+        if self.deterministic and self.quantization == "int8":
+            raise ValueError("deterministic has no batch-invariant kernel for quantization "
+                             "int8 (it has for none, int8-wo and int4)")
         if not self.prefix_cache_disk_gb > 0:
             raise ValueError(f"prefix_cache_disk_gb must be > 0, got {self.prefix_cache_disk_gb}")
         if self.load_format not in ("auto", "dummy"):

@@ -66,6 +66,18 @@ class EngineStats:
         return asdict(self)
 
 
+def deterministic(model: Any, config: EngineConfig) -> None:
+    """Set a decoder to its batch-invariant kernels and ops (before its weights load);
+    ValueError for a model that has none (a plugin's own) or cannot compile them."""
+    if not hasattr(model, "deterministic"):
+        raise ValueError(f"deterministic: {type(model).__name__} has no batch-invariant mode "
+                         "(the built-in Llama, Qwen2, Qwen3 and Gemma 3 decoders have)")
+    if config.compile and not getattr(model, "compiles_deterministic", False):
+        raise ValueError(f"deterministic with compile: {type(model).__name__}'s compiled step "
+                         "is not batch-invariant; run it eagerly (no --compile)")
+    model.deterministic = True
+
+
 class Engine:
     """Continuous batching over a paged KV cache for one model on one device.
 
@@ -101,6 +113,8 @@ class Engine:
             extra["quantization"] = config.quantization
         self.model = model_class(cfg, dtype=self.dtype, device=self.device,
                                  max_seq_len=self.max_seq_len, **extra)
+        if config.deterministic:
+            deterministic(self.model, config)
         self.load_report = load_weights(self.model, path, self.dtype, config.load_format)
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
@@ -125,7 +139,8 @@ class Engine:
         self.compiled: CompiledDecode | None = None
         self.forward: Callable[..., torch.Tensor] = self.model.forward
         if config.compile:  # compiles in the background; the eager forward serves meanwhile
-            self.compiled = CompiledDecode(self.model, self.kv, self.workspace, self.device)
+            self.compiled = CompiledDecode(self.model, self.kv, self.workspace, self.device,
+                                           config.deterministic)
             self.compiled.start()
             self.forward = self.compiled
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
@@ -255,7 +270,8 @@ class Engine:
         lay = layout(batch, spec)
         if self.tp is not None:  # the followers run the same forward on their shards
             self.tp.send_step(lay.ids, lay.decode, lay.prefill, self.page_size)
-        meta = build_metadata(lay.decode, lay.prefill, self.page_size, self.device)
+        meta = build_metadata(lay.decode, lay.prefill, self.page_size, self.device,
+                              self.config.deterministic)
         input_ids = torch.tensor(lay.ids, device=self.device)
         hidden = self.forward(input_ids, meta, self.kv, self.workspace)
         if lay.chunks:
@@ -286,7 +302,8 @@ class Engine:
         assert self.tp is not None and not self.tp.leader, "follow() is for ranks > 0"
         while (step := self.tp.recv_step()) is not None:
             ids, decode, prefill = step
-            meta = build_metadata(decode, prefill, self.page_size, self.device)
+            meta = build_metadata(decode, prefill, self.page_size, self.device,
+                                  self.config.deterministic)
             self.forward(torch.tensor(ids, device=self.device), meta, self.kv, self.workspace)
 
     def close(self) -> None:

@@ -110,12 +110,14 @@ class LoadReport:
 def apply_kernels(model: Any, dtype: torch.dtype) -> None:
     """Give a decoder (a model with ``use_kernels``) the matmul kernels measured for its shapes
     on this host, before its weights are packed for them; a model that has some keeps them, and
-    a plugin model without the method runs its own."""
+    a plugin model without the method runs its own. A model set ``deterministic`` gets the
+    batch-invariant kernels, nothing measured."""
     if hasattr(model, "use_kernels") and getattr(model, "kernels", None) is None:
         import torch
 
         model.use_kernels(kernels.choose(model.linear_shapes(), torch.device(model.device), dtype,
-                                         model.quantization, shared=model.shared_roles()))
+                                         model.quantization, shared=model.shared_roles(),
+                                         deterministic=getattr(model, "deterministic", False)))
 
 
 def load_weights(model: Any, path: Path, dtype: torch.dtype,

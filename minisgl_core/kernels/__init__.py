@@ -2,7 +2,8 @@
 
 The engine reaches the kernels only through the names below (an import-linter contract says so):
 ``Linear`` and ``paged_decode_attention`` are the two dispatch points; ``choose`` measures which
-matmul kernel each layer runs per row bucket; ``cpu_features`` says what the CPU may be asked.
+matmul kernel each layer runs per row bucket; ``cpu_features`` says what the CPU may be asked;
+``invariant`` holds the batch-invariant attention and ops of ``--deterministic``.
 Layout (docs/architecture.md, "Adding a kernel"): ``matmul/`` the matmul kernels by family
 (``dense``, ``w8a8``, ``weight_only``, ``amx``), their ``registry`` and the measured ``choice``;
 ``attention`` the decode attention; ``kv_int8`` the int8 KV cache's rows; ``native/`` the C
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved la
 # thread compiling a graph while another runs the model.
 _WHERE = {
     "cpu_features": "minisgl_core.kernels.cpu_features",
+    "invariant": "minisgl_core.kernels.invariant",  # --deterministic's attention and ops
     "kv_int8": "minisgl_core.kernels.kv_int8",
     "choice": "minisgl_core.kernels.matmul.choice",
     "Workspace": "minisgl_core.kernels.attention", "gathered": "minisgl_core.kernels.attention",
@@ -62,7 +64,7 @@ _WHERE = {
 }
 __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear", "Workspace",
            "all_kernels", "bf16_fast", "bucket_of", "choice", "choose", "cpu_features",
-           "fp32_kernels", "gathered", "kv_int8", "new_handle", "padded_rows",
+           "fp32_kernels", "gathered", "invariant", "kv_int8", "new_handle", "padded_rows",
            "paged_decode_attention",
            "python_ops_in_graphs", "role_scheme", "sdpa_decode", "without_collectives"]
 

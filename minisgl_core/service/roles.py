@@ -78,6 +78,7 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "prompt_lookup_min": getattr(cfg, "prompt_lookup_min", None),
         "prompt_lookup_max": getattr(cfg, "prompt_lookup_max", None),
         "compile": getattr(cfg, "compile", None),
+        "deterministic": getattr(cfg, "deterministic", None),
         "prefix_cache_dir": getattr(cfg, "prefix_cache_dir", None),
         "prefix_cache_disk_gb": getattr(cfg, "prefix_cache_disk_gb", None),
         "load_format": getattr(cfg, "load_format", None),

@@ -23,7 +23,7 @@ from minisgl_core.engine.config import ModelConfig
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.parallel import Shard, TensorParallel, shard
 from minisgl_core.engine.weights import Checkpoint
-from minisgl_core.kernels import Choice, Linear
+from minisgl_core.kernels import Choice, Linear, invariant
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,10 @@ class DecoderForCausalLM:
     """Embedding -> N x (RMSNorm, attention, RMSNorm, SwiGLU MLP) -> RMSNorm -> LM head."""
 
     qk_norm: ClassVar[bool] = False  # Qwen3 normalizes each q and k head before RoPE
+    # --deterministic: batch-invariant kernels (set by the engine before the weights load), and
+    # norms, RoPE and SwiGLU as opaque ops in a compiled graph (kernels/invariant.py)
+    deterministic: bool = False
+    compiles_deterministic: ClassVar[bool] = True
 
     def __init__(self, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str,
                  max_seq_len: int, tp: TensorParallel | None = None,
@@ -212,6 +216,8 @@ class DecoderForCausalLM:
         sin = self.sin[meta.positions].unsqueeze(1)
         half = d // 2
         x = self.embed_tokens(input_ids)  # [T, H]
+        if self.deterministic:
+            return self._forward_invariant(x, meta, kv, ws, cos, sin)
         for i, layer in enumerate(self.layers):
             h = F.rms_norm(x, (c.hidden_size,), layer.ln_attn, eps)
             qkv = layer.qkv(h)  # [T, (Hq + 2 Hkv) * D]
@@ -230,6 +236,27 @@ class DecoderForCausalLM:
             x = reduce(layer.down(act, residual=x if keep else None))
         return x
 
+    def _forward_invariant(self, x: torch.Tensor, meta: AttentionMetadata, kv: KVPool,
+                           ws: Workspace, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``forward``'s layers under --deterministic: the same math, each op one whose per-row
+        result does not depend on the row count, opaque to a compiled graph."""
+        c, tp, t = self.cfg, self.tp, x.shape[0]
+        hq, hkv, d, eps = self.shard.num_q, self.shard.num_kv, c.head_dim, c.rms_norm_eps
+        keep = tp is None or tp.leader
+        reduce = (lambda y: y) if tp is None else tp.all_reduce
+        for i, layer in enumerate(self.layers):
+            qkv = layer.qkv(invariant.rms_norm(x, layer.ln_attn, eps))
+            qk = invariant.rope(qkv[:, :(hq + hkv) * d].view(t, hq + hkv, d), cos, sin,
+                                layer.qk_norm, eps)
+            q, k = qk[:, :hq], qk[:, hq:]
+            v = qkv[:, (hq + hkv) * d:].view(t, hkv, d)
+            kv.store(i, meta.out_slots, k, v)
+            o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
+            x = reduce(layer.o(o, residual=x if keep else None))  # [T, H]
+            gu = layer.gate_up(invariant.rms_norm(x, layer.ln_mlp, eps))  # [T, 2 I]
+            x = reduce(layer.down(invariant.swiglu(gu), residual=x if keep else None))
+        return x
+
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         """``input_ids [T]`` -> their rows of the embedding table ``[T, H]``."""
         if self.embed_rows is None:
@@ -238,7 +265,10 @@ class DecoderForCausalLM:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""
-        h = F.rms_norm(hidden, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
+        if self.deterministic:
+            h = invariant.rms_norm(hidden, self.norm, self.cfg.rms_norm_eps)
+        else:
+            h = F.rms_norm(hidden, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
         assert self.lm_head is not None
         return self.lm_head(h)
 

@@ -71,6 +71,9 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
     """Gemma 3's text model (Gemma3ForCausalLM)."""
 
     qk_norm: ClassVar[bool] = True  # the base loader reads q_norm / k_norm
+    # its forward is its own (post-norms, GELU): batch-invariant eagerly (the kernels, attention
+    # by its keys), but its compiled graph would let inductor fuse the code between the matmuls
+    compiles_deterministic: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig, *, dtype: torch.dtype, device: torch.device | str,
                  max_seq_len: int, tp: TensorParallel | None = None,

@@ -61,6 +61,14 @@ int pa_decode_int8(const void *q, const void *k_cache, const void *v_cache,
                    const int64_t *index, const uint8_t *valid, int B, int L, int Hq, int Hkv,
                    int D, float scale, int bf16, void *out, int isa);
 
+/* batch-invariant kernels (batch_invariant/): a row's result does not depend on the other rows
+ * of the call (--deterministic); 0 done, -1 sizes not handled */
+int bi_matmul(const void *x, int T, int in, const void *w, int out, const void *bias,
+              const void *residual, void *y, int bf16, int isa);
+int bi_attention(const void *q, const void *k_cache, const void *v_cache, const int64_t *slots,
+                 int L, const int64_t *row_seq, const int64_t *positions, int T, int Hq, int Hkv,
+                 int D, float scale, int window, int bf16, void *out, int isa);
+
 #ifdef __cplusplus
 }
 #endif

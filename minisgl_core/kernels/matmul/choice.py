@@ -7,7 +7,8 @@ kernels lose least to the overall best across buckets, and uses its fastest kern
 Timing is bounded by ``budget_s``; the result is cached on disk under the cache directory, keyed
 by CPU model and the features it may use (kernels.cpu_features), torch version, threads, shapes and
 candidates, so a restart reuses it and the choice for a given cache file is always the same.
-``MINISGL_LINEAR=<kernel>`` skips all of this.
+``MINISGL_LINEAR=<kernel>`` skips all of this, and so does ``deterministic`` (one batch-invariant
+kernel for every bucket: matmul/invariant.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 
 from minisgl_core.kernels import cpu_features
 from minisgl_core.kernels.matmul.base import BUCKETS, Kernel
+from minisgl_core.kernels.matmul.invariant import deterministic_kernels
 from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
 from minisgl_core.kernels.matmul.weight_only import weight_only_kernels
@@ -98,7 +100,8 @@ def candidates(role: str, device: torch.device, dtype: torch.dtype,
 def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
            quantization: str | None = None, *, shared: Collection[str] = (),
            cache: Path | None = None, budget_s: float = BUDGET_S, timer: Timer | None = None,
-           load: Callable[[], float] | None = None, remeasure: bool = False) -> Choice:
+           load: Callable[[], float] | None = None, remeasure: bool = False,
+           deterministic: bool = False) -> Choice:
     """Each role's kernel per bucket: forced, cached, or measured now (and cached).
 
     ``shared``: roles whose weight another part of the model keeps too (a tied LM head is the
@@ -109,7 +112,13 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     ``BUSY_LOAD``) is cached too, but measured again at the first start on a quiet one: timings
     taken beside other work can pick a kernel 1.8x slower at 32 rows. ``remeasure``: time again
     even where a cached choice exists (a caller that found the cached timings implausible).
+    ``deterministic``: the batch-invariant kernels, nothing timed (ValueError where a role has
+    none).
     """
+    if deterministic:
+        schemes = {role: role_scheme(role, quantization) for role in shapes}
+        return Choice(deterministic_kernels(schemes, device, dtype),
+                      "batch-invariant (--deterministic)")
     pools = {role: candidates(role, device, dtype, quantization) for role in shapes}
     forced = os.environ.get("MINISGL_LINEAR", "").strip().lower()
     if forced:

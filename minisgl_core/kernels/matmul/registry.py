@@ -5,6 +5,7 @@ from __future__ import annotations
 from minisgl_core.kernels.matmul.amx import AmxHF
 from minisgl_core.kernels.matmul.base import Kernel
 from minisgl_core.kernels.matmul.dense import Dense, DenseHF, OneDNN, OneDNNHF
+from minisgl_core.kernels.matmul.invariant import Invariant, WeightOnlyInvariant
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels
 from minisgl_core.kernels.matmul.weight_only import weight_only_kernels
 
@@ -16,7 +17,8 @@ def fp32_kernels() -> list[Kernel]:
 
 def all_kernels() -> dict[str, Kernel]:
     """Every kernel by name (the quantized ones included)."""
-    wo = [*weight_only_kernels("int8-wo"), *weight_only_kernels("int4")]
-    return {k.name: k for k in [*fp32_kernels(), *int8_kernels(), *wo]}
+    wo = [*weight_only_kernels("int8-wo"), *weight_only_kernels("int4"),
+          *(WeightOnlyInvariant(s) for s in ("int8-wo", "int4"))]
+    return {k.name: k for k in [*fp32_kernels(), Invariant(), *int8_kernels(), *wo]}
 
 
