@@ -126,3 +126,24 @@ def test_off_by_default_and_kernels_by_bucket(make_engine) -> None:
     engine = make_engine("llama", deterministic=True)
     kernels = engine.model.kernels
     assert {k.name for ks in kernels.kernels.values() for k in ks} == {"invariant"}
+
+
+def test_tp2_alone_equals_in_a_batch(tiny_models) -> None:
+    # at one --tp, a request's tokens do not depend on its batch either (each rank's kernels are
+    # batch-invariant and the all-reduce adds the ranks in rank order)
+    from minisgl_core.testing.tp import generate_tp
+
+    prompts = _prompts(200, 12)
+    opts = {"num_threads": 1, "num_pages": 128, "deterministic": True}
+    batch, _ = generate_tp(str(tiny_models["qwen3"]), prompts, 10, 2, **opts)
+    alone, _ = generate_tp(str(tiny_models["qwen3"]), prompts[7:8], 10, 2, **opts)
+    assert alone[0] == batch[7]
+
+
+def test_offline_llm_takes_deterministic(tiny_models) -> None:
+    from minisgl_core.offline import LLM
+
+    llm = LLM(str(tiny_models["llama"]), dtype="float32", deterministic=True)
+    assert llm.engine.config.deterministic
+    assert {k.name for ks in llm.engine.model.kernels.kernels.values() for k in ks} == \
+        {"invariant"}
