@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minisgl_core.bench import compare
+from minisgl_core.bench import compare, compare_service
 
 
 def test_only_multiprocess_transports() -> None:
@@ -79,7 +79,7 @@ def test_unknown_mode_exits_2_naming_the_modes() -> None:
     ({"dtype": "bfloat16", "quantization": "none"}, "bf16"),
     ({"dtype": "bfloat16", "quantization": "int4"}, "int4"), ({}, "fp32")])
 def test_the_weight_format_a_service_reports(meta: dict[str, str], scheme: str) -> None:
-    assert compare.scheme_of(meta) == scheme
+    assert compare_service.scheme_of(meta) == scheme
 
 
 def test_each_row_is_a_share_of_its_own_weight_formats_roofline() -> None:

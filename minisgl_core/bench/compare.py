@@ -3,40 +3,24 @@ engine, written to a folder as results.json, results.md and plot.png."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import os
 import platform
 import shlex
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from minisgl_core.bench.compare_report import markdown, plot
+from minisgl_core.bench.compare_service import MODES, ServiceUnderTest, median_run, start_peer
 from minisgl_core.bench.offline import OfflineEngine
-from minisgl_core.bench.peers import PEERS, build_specs, check_names, start_peer, tree_rss_mb
+from minisgl_core.bench.peers import PEERS, build_specs, check_names
 from minisgl_core.bench.results import known_names
-from minisgl_core.bench.serve import run_serve
 from minisgl_core.store.naming import model_name_of
-
-IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
-# `--mode NAME`: the settings of one minisgl service per mode, measured side by side
-MODES = {"fp32": ("dtype=float32",), "bf16": ("dtype=bfloat16",), "int8": ("quantization=int8",),
-         "int8-wo": ("quantization=int8-wo",), "int4": ("quantization=int4",),
-         "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
-         # the same weights with int8 KV pages (--kv-cache-dtype int8)
-         "fp32-kv-int8": ("dtype=float32", "kv_cache_dtype=int8"),
-         "bf16-kv-int8": ("dtype=bfloat16", "kv_cache_dtype=int8")}
-
-
-def say(message: str) -> None:
-    print(f"bench compare: {message}", file=sys.stderr, flush=True)
 
 
 def check_modes(names: Sequence[str]) -> list[str]:
@@ -64,114 +48,6 @@ def multiprocess_transports(names: Sequence[str] | None = None) -> list[str]:
     return out
 
 
-def cpu_seconds(pid: int) -> dict[str, float]:
-    """User + system CPU seconds so far of ``pid`` (as "launcher") and each of its descendants
-    (by process title, e.g. "minisgl::scheduler"; pid-suffixed when a title repeats)."""
-    import psutil
-
-    root = psutil.Process(pid)
-    out: dict[str, float] = {}
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-            title = "launcher" if proc.pid == pid else " ".join(proc.cmdline()[:1])
-        except psutil.Error:
-            continue
-        key = title if title not in out else f"{title}:{proc.pid}"
-        out[key] = times.user + times.system
-    return out
-
-
-def idle_cpu_percent(pid: int, seconds: float = 3.0) -> float:
-    """CPU used by ``pid`` and its descendants over ``seconds``, in % of one core."""
-    before, t0 = cpu_seconds(pid), time.monotonic()
-    time.sleep(seconds)
-    after, wall = cpu_seconds(pid), time.monotonic() - t0
-    return 100 * sum(after[k] - before[k] for k in after.keys() & before.keys()) / wall
-
-
-@dataclass
-class ServiceUnderTest:
-    """One launched service and what was measured of it so far."""
-
-    transport: str
-    service: Any  # testing.service.RunningService
-    startup_s: float
-    load_avg: float
-    idle_cpu_pct_before: float
-    scheme: str | None = None  # the weights' format, for the host's roofline
-    meta: dict[str, Any] = field(default_factory=dict)  # what /v1/models says it runs
-    runs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # concurrency -> runs
-    cpu_s: dict[str, float] = field(default_factory=dict)  # by process, summed over all runs
-    client_s: float = 0.0
-
-    @classmethod
-    def start(cls, model_dir: str, transport: str, log_dir: Path,
-              launch_args: Sequence[str], mode: str | None = None) -> ServiceUnderTest:
-        """Launch the service on ``transport`` (in ``mode``, one of MODES) and sample its idle
-        CPU; it is labelled "TRANSPORT MODE"."""
-        import httpx
-
-        from minisgl_core.testing.service import launch_service
-
-        label = f"{transport} {mode}" if mode else transport
-        args = [*launch_args, *(a for kv in MODES[mode] for a in ("-s", kv))] if mode \
-            else list(launch_args)
-        say(f"{label}: starting the service")
-        load = os.getloadavg()[0]  # others' load on the machine: how noisy this run was
-        t0 = time.monotonic()
-        service = launch_service(model_dir, transport=transport, args=args,
-                                 log_dir=log_dir, timeout=600.0)
-        startup = time.monotonic() - t0
-        time.sleep(IDLE_SETTLE_S)
-        idle = idle_cpu_percent(service.proc.pid)
-        (model,) = httpx.get(f"{service.url}/v1/models", timeout=10).json()["data"]
-        meta = model.get("meta", {})
-        say(f"{label}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core; {meta}")
-        return cls(label, service, startup, load, idle, scheme_of(meta), meta)
-
-    def run_level(self, concurrency: int, requests: int | None, max_tokens: int,
-                  prompt_len: int | None, duration_limit_s: float, progress: bool) -> None:
-        """One concurrency level of load, adding up the CPU each process spent on it."""
-        pid = self.service.proc.pid
-        before, client = cpu_seconds(pid), time.process_time()
-        (level,) = asyncio.run(run_serve(self.service.url, [concurrency], requests, max_tokens,
-                                         prompt_len=prompt_len,
-                                         duration_limit_s=duration_limit_s, progress=progress))
-        after = cpu_seconds(pid)
-        for k in after.keys() & before.keys():
-            self.cpu_s[k] = self.cpu_s.get(k, 0.0) + after[k] - before[k]
-        self.client_s += time.process_time() - client
-        self.runs.setdefault(concurrency, []).append(level.as_dict())
-
-    def finish(self) -> dict[str, Any]:
-        """Sample the idle CPU after the load, stop the service, return its results."""
-        try:
-            time.sleep(IDLE_SETTLE_S)
-            idle_after = idle_cpu_percent(self.service.proc.pid)
-            say(f"{self.transport}: idle CPU after the load {idle_after:.1f}% of a core")
-            rss = tree_rss_mb(self.service.proc.pid)
-        finally:
-            code = self.service.stop()
-        tokens = sum(run["output_tokens"] for runs in self.runs.values() for run in runs)
-        used = {**self.cpu_s, "client": self.client_s}
-        cpu_us = {k: round(1e6 * v / max(tokens, 1), 1) for k, v in sorted(used.items())
-                  if v > 0}
-        return {"transport": self.transport, "scheme": self.scheme, "meta": self.meta,
-                "startup_s": self.startup_s, "rss_mb": rss,
-                "idle_cpu_pct_before": self.idle_cpu_pct_before,
-                "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": self.load_avg,
-                "cpu_us_per_token": cpu_us, "levels": [median_run(r) for r in self.runs.values()],
-                "runs": list(self.runs.values())}
-
-
-def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Of a level's repeated runs, the one with the median output tokens/s (the lower middle
-    one for an even count)."""
-    ranked = sorted(runs, key=lambda r: r["output_tok_s"])
-    return ranked[(len(ranked) - 1) // 2]
-
-
 def _quantization(launch_args: Sequence[str]) -> str | None:
     """The ``-s quantization=...`` passed to every launch, if any."""
     for arg in launch_args:
@@ -179,15 +55,6 @@ def _quantization(launch_args: Sequence[str]) -> str | None:
         if key.strip() == "quantization":
             return value.strip() or None
     return None
-
-
-def scheme_of(meta: dict[str, Any]) -> str:
-    """The weights' format a service runs, from its /v1/models ``meta``: its quantization,
-    else its dtype (``--dtype auto`` decides at start) as bf16 or fp32."""
-    quantization = meta.get("quantization")
-    if quantization and quantization != "none":
-        return str(quantization)
-    return "bf16" if meta.get("dtype") == "bfloat16" else "fp32"
 
 
 def _ceilings(model_dir: str, quantization: str | None, levels: Sequence[int],

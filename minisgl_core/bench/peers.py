@@ -13,10 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from minisgl_core.bench.compare import ServiceUnderTest
 
 PEERS = ("vllm", "llamacpp")  # the names `--peer` takes
 VLLM_VERSION = "0.32.0"  # what `make bench-peers` installs
@@ -277,36 +273,6 @@ class PeerProcess:
         except ProcessLookupError:
             pass
         return self.proc.wait(STOP_TIMEOUT_S) if code is None else code
-
-
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and its descendants, summed (shared pages count once per
-    process, as `ps` shows them), in MB."""
-    import psutil
-
-    total = 0
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            continue
-    return total / 1e6
-
-
-def start_peer(spec: PeerSpec, log_dir: Path) -> ServiceUnderTest:
-    """Start a peer and sample its idle CPU, as `ServiceUnderTest.start` does for minisgl."""
-    from minisgl_core.bench.compare import IDLE_SETTLE_S, ServiceUnderTest, idle_cpu_percent, say
-
-    say(f"{spec.name}: starting the peer")
-    load = os.getloadavg()[0]
-    t0 = time.monotonic()
-    peer = PeerProcess.start(spec, log_dir)
-    startup = time.monotonic() - t0
-    time.sleep(IDLE_SETTLE_S)
-    idle = idle_cpu_percent(peer.proc.pid)
-    say(f"{spec.name}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core")
-    return ServiceUnderTest(spec.name, peer, startup, load, idle, spec.scheme)
 
 
 def _prepare() -> None:
