@@ -122,3 +122,22 @@ def test_torch_ops_between_the_matmuls_are_row_invariant(dtype, width) -> None:
     _rows_invariant(invariant.swiglu, gate_up)
     _rows_invariant(lambda a: torch.softmax(a.float(), -1), x)
     _rows_invariant(lambda a: torch.log_softmax(a.float(), -1), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_plain_c_avx2_and_avx512_matmuls_agree(dtype) -> None:
+    # the same 16 partial sums and tree in every copy (fmaf, no reassociation): the copies this
+    # host can run give the same bits (the ISA a request runs on never changes its tokens)
+    from minisgl_core.kernels.native import library as native
+
+    lib = native.library()
+    gen = torch.Generator().manual_seed(9)
+    w = torch.randn(70, 37, generator=gen).to(dtype)
+    x = torch.randn(9, 37, generator=gen).to(dtype)
+    outs = []
+    for isa in range(native.best_isa() + 1):
+        y = torch.empty(9, 70, dtype=dtype)
+        assert lib.bi_matmul(x.data_ptr(), 9, 37, w.data_ptr(), 70, None, None, y.data_ptr(),
+                             int(dtype == torch.bfloat16), isa) == 0
+        outs.append(y)
+    assert all(torch.equal(y, outs[0]) for y in outs)
