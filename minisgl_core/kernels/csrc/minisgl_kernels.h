@@ -50,6 +50,15 @@ int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *
 int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, void *y,
                 int y_bf16, const void *residual, int threads);
 
+/* int4 and int8 weights against bf16 inputs as a GEMM on AVX512-BF16: weight panels
+ * dequantized once into bf16 for every row (wo_gemm_bf16.c); y and residual (or NULL) fp32, or
+ * bf16 with y_bf16; 0 done, -1 not on this CPU */
+int wo_gemm_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+                      const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                      int threads);
+int wo_gemm_int8_bf16(const uint16_t *x, int T, int in, const int8_t *q, const float *scale,
+                      int out, void *y, int y_bf16, const void *residual, int threads);
+
 /* decode attention read from the KV pages in place (paged_attention.c); 0 done, else the caller
  * falls back to SDPA */
 int pa_decode(const void *q, const void *k_cache, const void *v_cache, const int64_t *index,

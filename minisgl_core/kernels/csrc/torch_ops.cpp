@@ -7,7 +7,8 @@
 // (native/ops.py) picks its row bucket's kernel exactly as linear.py's Linear.run_eager does:
 // torch.mm on the [in, out] or [out, in] weight, oneDNN on its packed weight (rows padded to
 // the same bounded set of sizes), AMX on the bf16 weight or the weight-only kernels of
-// wo_matmul.c, wo_int4_bf16.c and wo_amx.c, or by dequantizing a tile at a time.
+// wo_matmul.c, wo_int4_bf16.c, wo_gemm_bf16.c and wo_amx.c, or by dequantizing a tile at a
+// time.
 // minisgl::native_decode_attention runs paged_attention.c, else gathers the pages for SDPA as
 // attention.py's sdpa_decode does.
 #include <ATen/core/Tensor.h>
@@ -40,7 +41,7 @@ constexpr int64_t kBucketTop[kBuckets - 1] = MINISGL_BUCKET_TOP;
 constexpr int64_t kTileElems = MINISGL_TILE_ELEMS;
 
 enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
-                  Int8WODequant, Int4Dequant };
+                  Int8WOGemm, Int4Gemm, Int8WODequant, Int4Dequant };
 
 Kind kind_of(const std::string &name) {
     static const std::unordered_map<std::string, Kind> kinds = {
@@ -49,7 +50,8 @@ Kind kind_of(const std::string &name) {
         {"onednn-hf", Kind::OneDNN},     {"amx-hf", Kind::AmxHF},
         {"int8-wo", Kind::Int8WO},
         {"int4", Kind::Int4},            {"int8-wo-amx", Kind::Int8WOAmx},
-        {"int4-amx", Kind::Int4Amx},     {"int8-wo-dequant", Kind::Int8WODequant},
+        {"int4-amx", Kind::Int4Amx},     {"int8-wo-gemm", Kind::Int8WOGemm},
+        {"int4-gemm", Kind::Int4Gemm},   {"int8-wo-dequant", Kind::Int8WODequant},
         {"int4-dequant", Kind::Int4Dequant}};
     auto it = kinds.find(name);
     TORCH_CHECK(it != kinds.end(), "minisgl: no native kernel named ", name);
@@ -163,6 +165,30 @@ at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::T
     return fused ? y : add_into(y, e.bias, residual);
 }
 
+// bf16 rows against int8 / int4 weight panels dequantized once into bf16 (wo_gemm_bf16.c), as
+// wo_gemm.py's WeightOnlyGemm: a residual without a bias is summed in the kernel, rounded once.
+// The kernel choice offers it only where the CPU has AVX512-BF16.
+at::Tensor gemm(const Entry &e, const at::Tensor &x_in, const std::optional<at::Tensor> &residual) {
+    TORCH_CHECK(x_in.scalar_type() == at::kBFloat16, "minisgl: the GEMM kernels take bf16 rows");
+    at::Tensor x = x_in.contiguous();
+    at::Tensor y = at::empty({x.size(0), e.out_features}, x.options());
+    std::optional<at::Tensor> fused;
+    if (residual && !e.bias) fused = residual->to(at::kBFloat16).contiguous();
+    const void *res = fused ? fused->data_ptr() : nullptr;
+    const auto *xp = reinterpret_cast<const uint16_t *>(x.data_ptr());
+    const at::Tensor &q = e.weight[0];
+    int rows = x.size(0), in = e.in_features, out = e.out_features, threads = at::get_num_threads();
+    int done = e.weight.size() == 3
+        ? wo_gemm_int4_bf16(xp, rows, in, q.data_ptr<uint8_t>(),
+                            reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
+                            reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), out,
+                            y.data_ptr(), 1, res, threads)
+        : wo_gemm_int8_bf16(xp, rows, in, q.data_ptr<int8_t>(), e.weight[1].data_ptr<float>(),
+                            out, y.data_ptr(), 1, res, threads);
+    TORCH_CHECK(done == 0, "minisgl: the GEMM kernel could not run (no AVX512-BF16, or no memory)");
+    return fused ? y : add_into(y, e.bias, residual);
+}
+
 at::Tensor weight_only(const Entry &e, Kind kind, const at::Tensor &x_in,
                        const std::optional<at::Tensor> &residual) {
     at::Tensor y;
@@ -236,6 +262,8 @@ at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &r
     case Kind::AmxHF:
     case Kind::Int8WOAmx:
     case Kind::Int4Amx: return amx(*e, x, residual);
+    case Kind::Int8WOGemm:
+    case Kind::Int4Gemm: return gemm(*e, x, residual);
     default: return dequant_mm(*e, x, residual);
     }
 }

@@ -27,9 +27,8 @@ import torch
 from minisgl_core.kernels import cpu_features
 from minisgl_core.kernels.matmul.base import BUCKETS, Kernel
 from minisgl_core.kernels.matmul.invariant import deterministic_kernels
-from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels
+from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels, weight_only_kernels
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
-from minisgl_core.kernels.matmul.weight_only import weight_only_kernels
 
 log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it

@@ -7,12 +7,23 @@ from minisgl_core.kernels.matmul.base import Kernel
 from minisgl_core.kernels.matmul.dense import Dense, DenseHF, OneDNN, OneDNNHF
 from minisgl_core.kernels.matmul.invariant import Invariant, WeightOnlyInvariant
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels
-from minisgl_core.kernels.matmul.weight_only import weight_only_kernels
+from minisgl_core.kernels.matmul.weight_only import (
+    WeightOnlyAmx,
+    WeightOnlyDequant,
+    WeightOnlyNative,
+)
+from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
 
 
 def fp32_kernels() -> list[Kernel]:
     """The unquantized candidates (fp32 or bf16), in the order ties are broken."""
     return [OneDNN(), OneDNN("onednn-rows", 1), Dense(), DenseHF(), OneDNNHF(), AmxHF()]
+
+
+def weight_only_kernels(scheme: str) -> list[Kernel]:
+    """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
+    return [WeightOnlyNative(scheme), WeightOnlyAmx(scheme), WeightOnlyGemm(scheme),
+            WeightOnlyDequant(scheme)]
 
 
 def all_kernels() -> dict[str, Kernel]:

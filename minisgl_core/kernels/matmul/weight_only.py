@@ -8,12 +8,14 @@ The weights are quantized once at load; activations stay in the engine's dtype (
   ``nib`` and fp16 scale and min per group (ggml's Q4_1, 0.625 bytes a weight). The symmetric
   variant (Q4_0: ``min = -8 scale``) runs on the same kernel; ``SYMMETRIC`` says which is used.
 
-Each scheme has one packed layout and up to three kernels on it, timed against each other per
+Each scheme has one packed layout and up to four kernels on it, timed against each other per
 row bucket by choice.py: the native one (csrc/portable/wo_matmul.c: reads the packed weight once
 for all rows, AVX2 or AVX-512 chosen at run time, OpenMP across output rows; a weight row costs
 its unpacking again for every input row), ``*-amx`` for bf16 inputs on AMX hosts (csrc/amx/wo_amx.c:
 each weight tile unpacked once into bf16 for up to 64 input rows, multiplied by the tile unit),
-and ``*-dequant``, which dequantizes a tile of output rows at a time into the engine's dtype and
+``*-gemm`` for bf16 inputs on hosts with AVX512-BF16 (wo_gemm.py: panels of the weight unpacked
+once into bf16 for every input row, a register-blocked GEMM on its dot product), and
+``*-dequant``, which dequantizes a tile of output rows at a time into the engine's dtype and
 multiplies it with torch's GEMM (other devices, and hosts where the library cannot be built).
 """
 
@@ -35,7 +37,7 @@ GROUP = 32  # inputs per int4 group (fixed in csrc/portable/wo_matmul.h)
 # same bytes here (both keep a min).
 SYMMETRIC = False
 # what torch.profiler calls the native kernels' time (bench/profile.py counts it as matmul)
-PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4", "minisgl::wo_amx")
+PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4", "minisgl::wo_amx", "minisgl::wo_gemm")
 TILE_ELEMS = 1 << 20  # weights dequantized at a time by the *-dequant kernels (4 MB in fp32)
 
 
@@ -182,7 +184,9 @@ def amx_run(packed: Int8Weight | Int4Weight | torch.Tensor, x: torch.Tensor,
     return y if fused is not None else add_bias_residual(y, bias, residual)
 
 
-class _WeightOnly(Kernel):
+class WeightOnlyKernel(Kernel):
+    """What the int8-wo and int4 kernels share: the packed layouts and their bytes."""
+
     scheme = "?"
 
     def pack(self, weight: torch.Tensor) -> Int8Weight | Int4Weight:
@@ -195,7 +199,7 @@ class _WeightOnly(Kernel):
                    (packed.q, packed.scale, *((packed.min,) if self.scheme == "int4" else ())))
 
 
-class WeightOnlyNative(_WeightOnly):
+class WeightOnlyNative(WeightOnlyKernel):
     """The native kernel (CPU, fp32 or bf16 activations; bf16 converted at the boundary)."""
 
     def __init__(self, scheme: str) -> None:
@@ -221,7 +225,7 @@ class WeightOnlyNative(_WeightOnly):
         return add_bias_residual(y if x.dtype == torch.float32 else y.to(x.dtype), bias, residual)
 
 
-class WeightOnlyAmx(_WeightOnly):
+class WeightOnlyAmx(WeightOnlyKernel):
     """AMX's tile multiply on weight tiles unpacked into bf16 (CPU with AMX, bf16 inputs)."""
 
     def __init__(self, scheme: str) -> None:
@@ -250,7 +254,7 @@ class WeightOnlyAmx(_WeightOnly):
         return amx_run(packed, x, bias, residual)
 
 
-class WeightOnlyDequant(_WeightOnly):
+class WeightOnlyDequant(WeightOnlyKernel):
     """Dequantize ``TILE_ELEMS`` weights at a time into the input's dtype, then torch's GEMM:
     any device and dtype, and no second copy of the weight."""
 
@@ -271,8 +275,3 @@ class WeightOnlyDequant(_WeightOnly):
         parts = [x @ deq(packed, slice(a, a + step), x.dtype).t() for a in range(0, out, step)]
         y = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
         return add_bias_residual(y, bias, residual)
-
-
-def weight_only_kernels(scheme: str) -> list[Kernel]:
-    """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
-    return [WeightOnlyNative(scheme), WeightOnlyAmx(scheme), WeightOnlyDequant(scheme)]

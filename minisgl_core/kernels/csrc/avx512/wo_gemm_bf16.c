@@ -1,0 +1,236 @@
+/* int8 and int4 weights against many bf16 input rows: a register-blocked GEMM on AVX512-BF16.
+ *
+ * The dot-product kernels (wo_int4_bf16.c, wo_matmul_avx512.c) unpack a weight again for every
+ * input row, so their time grows with the rows (docs/design/kernels.md, 8. and 9.). Here each
+ * thread takes a panel of PANEL_COLS output rows of the weight, dequantizes all of it once into
+ * bf16 in vdpbf16ps's pair order (a dword per two consecutive inputs, 16 outputs a vector:
+ * [in / 2][PANEL_COLS] dwords, L2-sized for the layers of a 0.1-4B model), then runs every
+ * input row over it, MR rows by PANEL_VECS vectors a step: 24 fp32 accumulators [MR][16
+ * outputs] in registers, each step loading PANEL_VECS weight vectors and broadcasting one input
+ * pair per row. The unpacking is paid once per call whatever the rows; the multiply runs at
+ * vdpbf16ps's rate (64 FLOP a cycle).
+ *
+ * Weights: int4 is nib * scale + min in fp32 rounded once to bf16 (as wo_amx.c's tiles); int8
+ * is the integer, exact in bf16, its row's scale applied to the sums. Inputs past `in` and
+ * outputs past `out` are zeros in the panel, never read from the weight's padding.
+ */
+#include "../minisgl_kernels.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GROUP 32
+#define PANEL_VECS 3  /* 16-output vectors a panel: MR x PANEL_VECS accumulators + the weights */
+#define PANEL_COLS (PANEL_VECS * 16)
+#define MR 8          /* input rows a step */
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TB __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+typedef struct {
+    const uint8_t *q;       /* int4 [out][groups][16] or int8 [out][in] */
+    const uint16_t *scale;  /* int4: fp16 [out][groups] */
+    const uint16_t *mn;     /* int4: fp16 [out][groups] */
+    const float *row_scale; /* int8: fp32 [out] */
+    int in, out, groups, int4;
+} Weight;
+
+/* 16 vectors of 16 dwords, r[c][p] -> r[p][c] (four rounds of in-lane and cross-lane shuffles) */
+TB INLINE void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* u[4b + j] holds, in 128-bit lane L, dwords 4L + j of rows 4b .. 4b + 3 */
+    for (int i = 0; i < 8; i++) {
+        int b = (i / 4) * 8 + i % 4;  /* row blocks 0,1 then 2,3 */
+        t[i] = _mm512_shuffle_i32x4(u[b], u[b + 4], 0x88);
+        t[i + 8] = _mm512_shuffle_i32x4(u[b], u[b + 4], 0xdd);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[j + 4], 0x88);
+        r[j + 4] = _mm512_shuffle_i32x4(t[j + 8], t[j + 12], 0x88);
+        r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 4], 0xdd);
+        r[j + 12] = _mm512_shuffle_i32x4(t[j + 8], t[j + 12], 0xdd);
+    }
+}
+
+/* One group (32 inputs) of output row o as 32 bf16 in input order; zeros past `in` */
+TB INLINE __m512i group_bf16(const Weight *w, int o, int g) {
+    int left = w->in - g * GROUP;
+    __mmask32 keep = left >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
+    __m512 lo, hi;
+    if (w->int4) {  /* byte j: element j low, element j + 16 high */
+        __m128i raw = _mm_loadu_si128((const __m128i *)(w->q + ((int64_t)o * w->groups + g) * 16));
+        const __m128i low4 = _mm_set1_epi8(0x0f);
+        __m512 s = _mm512_set1_ps(_cvtsh_ss(w->scale[(int64_t)o * w->groups + g]));
+        __m512 m = _mm512_set1_ps(_cvtsh_ss(w->mn[(int64_t)o * w->groups + g]));
+        lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, low4))), s, m);
+        hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                 _mm_and_si128(_mm_srli_epi16(raw, 4), low4))), s, m);
+    } else {
+        const int8_t *src = (const int8_t *)w->q + (int64_t)o * w->in + g * GROUP;
+        __m256i raw = _mm256_maskz_loadu_epi8(keep, src);
+        lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(raw)));
+        hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(raw, 1)));
+    }
+    return _mm512_maskz_mov_epi16(keep, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+/* Output rows [o0, o0 + 16 * vecs) of the weight into panel: dword (p, c) at p * PANEL_COLS + c */
+TB static void pack_panel(const Weight *w, int o0, int vecs, uint32_t *panel) {
+    __m512i r[16];
+    for (int v = 0; v < vecs; v++)
+        for (int g = 0; g < w->groups; g++) {
+            for (int c = 0; c < 16; c++) {
+                int o = o0 + 16 * v + c;
+                r[c] = o < w->out ? group_bf16(w, o, g) : _mm512_setzero_si512();
+            }
+            transpose16(r);  /* r[p]: input pair p of the group, for the 16 outputs */
+            uint32_t *dst = panel + (int64_t)g * 16 * PANEL_COLS + 16 * v;
+            for (int p = 0; p < 16; p++) _mm512_store_si512(dst + p * PANEL_COLS, r[p]);
+        }
+}
+
+/* y rows [t0, t0 + mr) x outputs [o0, o0 + 16 * nv) over `pairs` input pairs; x rows are
+ * `xstride` dwords apart. mr and nv are constants at each call: the loops unroll and the
+ * accumulators stay in registers */
+TB INLINE void block(const uint32_t *x, int64_t xstride, int pairs, const uint32_t *panel,
+                     const Weight *w, int o0, void *y, int y_bf16, const void *residual,
+                     int64_t t0, const int mr, const int nv) {
+    __m512 acc[MR][PANEL_VECS];
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < nv; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int p = 0; p < pairs; p++) {
+        const uint32_t *wp = panel + (int64_t)p * PANEL_COLS;
+        __m512bh wv[PANEL_VECS];
+        for (int v = 0; v < nv; v++) wv[v] = (__m512bh)_mm512_load_si512(wp + 16 * v);
+        for (int r = 0; r < mr; r++) {
+            __m512bh xb = (__m512bh)_mm512_set1_epi32((int)x[r * xstride + p]);
+            for (int v = 0; v < nv; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv[v], xb);
+        }
+    }
+    for (int v = 0; v < nv; v++) {
+        int o = o0 + 16 * v, left = w->out - o;
+        __mmask16 keep = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+        __m512 s = w->int4 ? _mm512_set1_ps(1.0f) : _mm512_maskz_loadu_ps(keep, w->row_scale + o);
+        for (int r = 0; r < mr; r++) {
+            int64_t at = (t0 + r) * w->out + o;
+            __m512 sum = _mm512_mul_ps(acc[r][v], s);
+            if (y_bf16) {
+                if (residual)
+                    sum = _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_slli_epi32(
+                        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                            keep, (const uint16_t *)residual + at)), 16)));
+                _mm256_mask_storeu_epi16((uint16_t *)y + at, keep,
+                                         (__m256i)_mm512_cvtneps_pbh(sum));
+            } else {
+                if (residual)
+                    sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(keep, (const float *)residual + at));
+                _mm512_mask_storeu_ps((float *)y + at, keep, sum);
+            }
+        }
+    }
+}
+
+/* mr rows at the panel's width nv: both constants in each call below */
+#define BLOCK(mr) do { \
+        if (nv == 3) block(xt, xstride, pairs, panel, w, o0, y, y_bf16, residual, t, mr, 3); \
+        else if (nv == 2) block(xt, xstride, pairs, panel, w, o0, y, y_bf16, residual, t, mr, 2); \
+        else block(xt, xstride, pairs, panel, w, o0, y, y_bf16, residual, t, mr, 1); \
+    } while (0)
+
+TB static void panel_rows(const uint32_t *x, int64_t xstride, int T, int pairs,
+                          const uint32_t *panel, const Weight *w, int o0, int nv, void *y,
+                          int y_bf16, const void *residual) {
+    int t = 0;
+    for (; t + MR <= T; t += MR) {
+        const uint32_t *xt = x + t * xstride;
+        BLOCK(MR);
+    }
+    const uint32_t *xt = x + t * xstride;
+    switch (T - t) {  /* the last 1 .. MR - 1 rows */
+    case 1: BLOCK(1); break;
+    case 2: BLOCK(2); break;
+    case 3: BLOCK(3); break;
+    case 4: BLOCK(4); break;
+    case 5: BLOCK(5); break;
+    case 6: BLOCK(6); break;
+    case 7: BLOCK(7); break;
+    }
+}
+#undef BLOCK
+
+TB static int gemm(const uint16_t *x, int T, const Weight *w, void *y, int y_bf16,
+                   const void *residual, int threads) {
+    int in = w->in, pairs = (in + 1) / 2;
+    const uint32_t *xp = (const uint32_t *)x;
+    uint16_t *padded = NULL;
+    if (in % 2) {  /* the last pair's second input would be the next row's first: a zero here */
+        padded = malloc((size_t)T * pairs * 4);
+        if (padded == NULL) return -1;
+        for (int t = 0; t < T; t++) {
+            memcpy(padded + (int64_t)t * 2 * pairs, x + (int64_t)t * in, (size_t)in * 2);
+            padded[(int64_t)t * 2 * pairs + in] = 0;
+        }
+        xp = (const uint32_t *)padded;
+    }
+    int panels = (w->out + PANEL_COLS - 1) / PANEL_COLS, failed = 0;
+    size_t panel_bytes = (size_t)w->groups * 16 * PANEL_COLS * 4;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        uint32_t *panel = aligned_alloc(64, panel_bytes);
+        if (panel == NULL) failed = 1;
+#pragma omp for schedule(static)
+        for (int i = 0; i < panels; i++) {
+            if (panel == NULL) continue;
+            int o0 = i * PANEL_COLS, left = w->out - o0;
+            int nv = left >= PANEL_COLS ? PANEL_VECS : (left + 15) / 16;
+            pack_panel(w, o0, nv, panel);
+            panel_rows(xp, pairs, T, pairs, panel, w, o0, nv, y, y_bf16, residual);
+        }
+        free(panel);
+    }
+    free(padded);
+    return failed ? -1 : 0;
+}
+
+int wo_gemm_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+                      const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                      int threads) {
+    static int has = -1;
+    if (has < 0) has = wo_has_bf16();
+    if (!has) return -1;
+    Weight w = {q, scale, mn, NULL, in, out, (in + GROUP - 1) / GROUP, 1};
+    return gemm(x, T, &w, y, y_bf16, residual, threads);
+}
+
+int wo_gemm_int8_bf16(const uint16_t *x, int T, int in, const int8_t *q, const float *scale,
+                      int out, void *y, int y_bf16, const void *residual, int threads) {
+    static int has = -1;
+    if (has < 0) has = wo_has_bf16();
+    if (!has) return -1;
+    Weight w = {(const uint8_t *)q, NULL, NULL, scale, in, out, (in + GROUP - 1) / GROUP, 0};
+    return gemm(x, T, &w, y, y_bf16, residual, threads);
+}
+#else
+int wo_gemm_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
+                      const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                      int threads) {
+    return -1;
+}
+int wo_gemm_int8_bf16(const uint16_t *x, int T, int in, const int8_t *q, const float *scale,
+                      int out, void *y, int y_bf16, const void *residual, int threads) {
+    return -1;
+}
+#endif

@@ -1,0 +1,86 @@
+"""Weight-only int8 / int4 matmuls as a GEMM on AVX512-BF16 (csrc/avx512/wo_gemm_bf16.c), for
+bf16 inputs of many rows: each panel of 48 output rows is dequantized once into bf16 and every
+input row runs over it, so the unpacking is paid once per call where the dot-product kernels
+(weight_only.py's native one) pay it again for every row. On hosts with AVX512-BF16 and no
+AMX (AMD Zen 4/5) the kernel choice takes it from 8 rows up where it measures it fastest."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from minisgl_core.kernels.matmul.base import add_bias_residual
+from minisgl_core.kernels.matmul.weight_only import (
+    PROFILE_NAMES,
+    Int4Weight,
+    Int8Weight,
+    WeightOnlyKernel,
+    dequantize_int4,
+    dequantize_int8,
+)
+from minisgl_core.kernels.native import library as native
+
+log = logging.getLogger(__name__)
+
+
+def gemm_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight,
+                residual: torch.Tensor | None = None, dtype: torch.dtype = torch.float32
+                ) -> torch.Tensor | None:
+    """``x [T, in] bf16 @ dequant(w).T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32 or bf16:
+    summed in fp32, rounded once) by csrc/avx512/wo_gemm_bf16.c (weight panels dequantized once
+    into bf16 for every row, AVX512-BF16's dot product); None where the library or the CPU
+    cannot."""
+    lib = native.library()
+    if lib is None or x.dtype != torch.bfloat16 or not lib.wo_has_bf16():
+        return None
+    x = x.contiguous()
+    rows, inp = x.shape
+    out = w.q.shape[0]
+    res = None if residual is None else residual.to(dtype).contiguous()
+    y = torch.empty(rows, out, dtype=dtype)
+    tail = (out, y.data_ptr(), int(dtype == torch.bfloat16),
+            None if res is None else res.data_ptr(), torch.get_num_threads())
+    if isinstance(w, Int4Weight):
+        kernel, args = lib.wo_gemm_int4_bf16, (x.data_ptr(), rows, inp, w.q.data_ptr(),
+                                               w.scale.data_ptr(), w.min.data_ptr(), *tail)
+    else:
+        kernel, args = lib.wo_gemm_int8_bf16, (x.data_ptr(), rows, inp, w.q.data_ptr(),
+                                               w.scale.data_ptr(), *tail)
+    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
+        with torch.profiler.record_function(PROFILE_NAMES[3]):
+            return y if kernel(*args) == 0 else None
+    return y if kernel(*args) == 0 else None
+
+
+class WeightOnlyGemm(WeightOnlyKernel):
+    """A register-blocked GEMM on weight panels dequantized once into bf16 (CPU with
+    AVX512-BF16, bf16 inputs): the unpacking is paid once per call, not once per input row."""
+
+    def __init__(self, scheme: str) -> None:
+        self.layout = self.scheme = self.quantized = scheme
+        self.name = f"{scheme}-gemm"
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        if device.type != "cpu" or dtype != torch.bfloat16:
+            return False
+        gen = torch.Generator().manual_seed(0)
+        w, x = torch.randn(24, 40, generator=gen), torch.randn(5, 40, generator=gen)
+        packed = self.pack(w)
+        y = gemm_matmul(x.bfloat16(), packed)
+        if y is None:
+            return False
+        # int4 panels are the fp32 weight rounded once to bf16; int8 ones are exact integers
+        deq = (dequantize_int4(packed).bfloat16().float() if self.scheme == "int4"
+               else dequantize_int8(packed))
+        ok = torch.allclose(y, x.bfloat16().float() @ deq.t(), rtol=1e-4, atol=1e-4)
+        if not ok:
+            log.warning("AVX512-BF16 %s GEMM gives wrong results here: not used", self.scheme)
+        return ok
+
+    def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        fused = residual if bias is None else None
+        y = gemm_matmul(x, packed, fused, x.dtype)
+        assert y is not None, "the GEMM kernel ran where available() said it could not"
+        return y if fused is not None else add_bias_residual(y, bias, residual)
