@@ -11,6 +11,7 @@ import pytest
 
 from minisgl_core.config.dump import to_json, to_toml
 from minisgl_core.config.launch import ConfigError, LaunchConfig
+from minisgl_core.config.merge import from_file_form
 from minisgl_core.config.sources import load_config
 
 FILE = """
@@ -188,7 +189,7 @@ def test_toml_output_reads_back_to_an_equal_config(toml_file: Path, tmp_path: Pa
     out = tmp_path / "out.toml"
     out.write_text(text)
     assert load_config(out, env={}) == cfg
-    assert LaunchConfig.from_dict(json.loads(to_json(cfg))) == cfg
+    assert from_file_form(json.loads(to_json(cfg))) == cfg
 
 
 def test_config_is_frozen_picklable_and_owns_its_tables() -> None:
@@ -206,7 +207,7 @@ def test_direct_construction_is_checked() -> None:
     with pytest.raises(ConfigError, match="tp must be an integer"):
         LaunchConfig(tp="two")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="unknown config key"):
-        LaunchConfig.from_dict({"prot": 1})
+        from_file_form({"prot": 1})
 
 
 def test_served_model_name_takes_a_comma_list() -> None:

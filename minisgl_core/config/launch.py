@@ -216,7 +216,8 @@ class LaunchConfig:
         return dict(self.plugins.get(name, {}))
 
     def to_dict(self) -> dict[str, Any]:
-        """The file form: JSON-able, and ``from_dict(to_dict())`` gives back an equal config."""
+        """The file form: JSON-able, and ``merge.from_file_form(to_dict())`` gives back an equal
+        config."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -230,15 +231,6 @@ class LaunchConfig:
             else:
                 out[f.name] = value
         return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "dict") -> LaunchConfig:
-        """Build a config from the file form, rejecting unknown keys."""
-        from minisgl_core.config.merge import Merged
-
-        merged = Merged()
-        merged.apply_mapping(data, source)
-        return merged.build()
 
 
 SCALARS: dict[str, type] = {}  # field -> base type, filled below from the annotations

@@ -101,4 +101,12 @@ class Merged:
                             roles=self.roles)
 
 
-__all__ = ["Merged"]
+
+def from_file_form(data: Mapping[str, Any], source: str = "dict") -> LaunchConfig:
+    """A config from its file form (``LaunchConfig.to_dict``), rejecting unknown keys."""
+    merged = Merged()
+    merged.apply_mapping(data, source)
+    return merged.build()
+
+
+__all__ = ["Merged", "from_file_form"]

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from minisgl_core.config.launch import LaunchConfig
+
+class ParallelKeys(Protocol):
+    """The launch config's parallel keys, as these checks read them."""
+
+    @property
+    def tp(self) -> int: ...
+
+    @property
+    def tp_local_ranks(self) -> str | None: ...
+
+    @property
+    def dist_port(self) -> int: ...
+
+    @property
+    def dp(self) -> int: ...
+
+    @property
+    def dp_cpus(self) -> str: ...
+
+    @property
+    def dp_affinity_threshold(self) -> int: ...
+
+    def local_ranks(self) -> tuple[int, ...]: ...
+
+    def dp_cpu_sets(self) -> list[set[int]]: ...
 
 
 def cpu_sets(text: str) -> list[set[int]]:
@@ -27,7 +50,7 @@ def local_ranks(text: str | None, tp: int) -> tuple[int, ...]:
     return tuple(sorted(int(r) for r in text.split(",") if r.strip()))
 
 
-def tp_problem(config: LaunchConfig) -> str | None:
+def tp_problem(config: ParallelKeys) -> str | None:
     """What is wrong with ``tp_local_ranks`` (and the dist_port it needs), or None."""
     if config.tp_local_ranks is None:
         return None
@@ -44,7 +67,7 @@ def tp_problem(config: LaunchConfig) -> str | None:
     return None
 
 
-def dp_problem(config: LaunchConfig) -> str | None:
+def dp_problem(config: ParallelKeys) -> str | None:
     """What is wrong with the data-parallel keys (``dp_*``), or None."""
     if config.dp_affinity_threshold < 0:
         return f"dp_affinity_threshold must be >= 0, got {config.dp_affinity_threshold}"

@@ -23,7 +23,7 @@ log = logging.getLogger("minisgl.worker")
 def run_remote(role: str, connect: str, transport_name: str, table: dict[str, Any], *,
                model_dir: str | None, num_threads: int | None, timeout_s: float) -> int:
     """Join the launcher at ``connect``, run ``role`` until Shutdown; the exit code."""
-    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.config.merge import from_file_form
     from minisgl_core.engine.config import threads_per_rank
     from minisgl_core.plugin.loading import build_manager, collect
     from minisgl_core.service.worker import run_role
@@ -43,7 +43,7 @@ def run_remote(role: str, connect: str, transport_name: str, table: dict[str, An
             log.error("the launcher at %s waits for a remote %s, not a %s", connect,
                       assignment.role, role)
             return 1
-        config = LaunchConfig.from_dict(assignment.config, source=connect)
+        config = from_file_form(assignment.config, source=connect)
         # this host's transport table (its keys, its ports) in place of the launcher's
         config = dataclasses.replace(config, transport=transport_name,
                                      transports={**config.transports, transport_name: table},
