@@ -34,10 +34,11 @@ def _packed(scheme: str, w: torch.Tensor) -> Int8Weight | Int4Weight:
 
 
 def _weight(scheme: str, packed: Int8Weight | Int4Weight) -> torch.Tensor:
-    """The weight the kernel multiplies by: int4's dequantized in fp32 and rounded once to bf16;
-    int8's integers are exact in bf16 and its scale is applied to the sums."""
+    """The weight the kernel multiplies by, exactly: int4's nib * scale + min (its 1 + nib / 16
+    is exact in bf16, scale and min apply in fp32), int8's integers (exact in bf16) times the
+    row's scale."""
     if isinstance(packed, Int4Weight):
-        return dequantize_int4(packed).bfloat16().float()
+        return dequantize_int4(packed)
     return dequantize_int8(packed)
 
 

@@ -70,9 +70,7 @@ class WeightOnlyGemm(WeightOnlyKernel):
         y = gemm_matmul(x.bfloat16(), packed)
         if y is None:
             return False
-        # int4 panels are the fp32 weight rounded once to bf16; int8 ones are exact integers
-        deq = (dequantize_int4(packed).bfloat16().float() if self.scheme == "int4"
-               else dequantize_int8(packed))
+        deq = dequantize_int4(packed) if self.scheme == "int4" else dequantize_int8(packed)
         ok = torch.allclose(y, x.bfloat16().float() @ deq.t(), rtol=1e-4, atol=1e-4)
         if not ok:
             log.warning("AVX512-BF16 %s GEMM gives wrong results here: not used", self.scheme)
