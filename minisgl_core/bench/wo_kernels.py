@@ -38,15 +38,18 @@ def pack_layers(scheme: str, layers: int, shapes: list[tuple[int, int]]
 
 
 def stream_seconds(packed: Packed, shapes: list[tuple[int, int]], rows: int, isa: int | None,
-                   repeat: int, bf16: bool = False, amx: bool = False) -> float:
-    """The best of ``repeat`` passes over every packed layer with ``rows`` input rows (bf16
-    ones with ``bf16``; on the AMX kernel with ``amx``)."""
+                   repeat: int, inputs: str = "fp32") -> float:
+    """The best of ``repeat`` passes over every packed layer with ``rows`` input rows: fp32 or
+    bf16 ones on the native kernel, or bf16 ones on the AMX kernel (``bf16-amx``) or the
+    AVX512-BF16 GEMM (``bf16-gemm``)."""
     import torch
 
     from minisgl_core.kernels.matmul.weight_only import amx_matmul, native_matmul
+    from minisgl_core.kernels.matmul.wo_gemm import gemm_matmul
 
-    matmul = (lambda x, p, isa: amx_matmul(x, p)) if amx else native_matmul
-    dtype = torch.bfloat16 if bf16 or amx else torch.float32
+    matmul = {"bf16-amx": lambda x, p, isa: amx_matmul(x, p),
+              "bf16-gemm": lambda x, p, isa: gemm_matmul(x, p)}.get(inputs, native_matmul)
+    dtype = torch.float32 if inputs == "fp32" else torch.bfloat16
     xs = [torch.randn(rows, s[1]).to(dtype) for s in shapes]
     best = float("inf")
     for _ in range(repeat):
@@ -83,8 +86,10 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
     config, by_role = layer_matmuls(resolved.path)
     layers, shapes = config.num_layers, list(by_role.values())
     ceilings = measure()
+    lib = native.library()
     kinds = ["fp32", *(("bf16",) if bf16 else ()),
-             *(("bf16-amx",) if bf16 and native.library().wo_has_amx() else ())]
+             *(("bf16-amx",) if bf16 and lib.wo_has_amx() else ()),
+             *(("bf16-gemm",) if bf16 and lib.wo_has_bf16() else ())]
     if not json_lines:
         print(f"{resolved.path}: {layers} layers of {shapes} (outputs, inputs), path {path}, "
               f"{torch.get_num_threads()} threads, best of {repeat}")
@@ -93,8 +98,7 @@ def main(model: str | None, rows: list[int], threads: int | None, isa: str | Non
         packed, nbytes = pack_layers(scheme, layers, shapes)
         for inputs in kinds:
             for n in rows:
-                seconds = stream_seconds(packed, shapes, n, native.ISAS[path], repeat,
-                                         inputs == "bf16", inputs == "bf16-amx")
+                seconds = stream_seconds(packed, shapes, n, native.ISAS[path], repeat, inputs)
                 gb_s = nbytes / seconds / 1e9
                 # unrounded: on a slow host or a tiny model a rounded rate says little
                 row: dict[str, Any] = {"scheme": scheme, "inputs": inputs, "rows": n,
@@ -116,7 +120,8 @@ def kernels_command(
     repeat: Annotated[int, typer.Option(min=1, help="Runs per case; the best counts.")] = 5,
     bf16: Annotated[bool, typer.Option(
         help="Also bf16 inputs (int4 on AVX512-BF16's dot product where the CPU has it; "
-             "the AMX kernels too, as bf16-amx, where it has AMX).")
+             "the AMX kernels too, as bf16-amx, where it has AMX; the GEMM on weight panels "
+             "unpacked into bf16, as bf16-gemm, where it has AVX512-BF16).")
     ] = False,
     json_: JsonOpt = False,
 ) -> None:

@@ -238,7 +238,9 @@ def test_kernel_benchmark_reads_every_layer_weight_once_per_pass(
     finally:
         torch.set_num_threads(threads)
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    kinds = ("fp32", "bf16", *(("bf16-amx",) if native.library().wo_has_amx() else ()))
+    lib = native.library()
+    kinds = ("fp32", "bf16", *(("bf16-amx",) if lib.wo_has_amx() else ()),
+             *(("bf16-gemm",) if lib.wo_has_bf16() else ()))
     assert [(r["scheme"], r["inputs"], r["rows"]) for r in rows] == [
         (s, i, n) for s in ("int8-wo", "int4") for i in kinds for n in (1, 3)]
     c = ModelConfig.from_dir(path)
