@@ -102,7 +102,8 @@
       ["transport", info.transport], ["frontends", (info.frontends || []).join(", ")],
       ["tensor parallel", info.tp], ["data parallel", info.dp], ["quantization", info.quantization],
       ["dtype", info.dtype_reason ? info.dtype + " (" + info.dtype_reason + ")" : info.dtype],
-      ["kernels", info.kernels], ["compiled decode step", info.compile],
+      ["kernels", info.kernels], ["KV cache dtype", info.kv_cache_dtype],
+      ["compiled decode step", info.compile],
       ["device", info.device], ["prefix cache", info.cache],
       ["minisgl", info.version],
     ];
