@@ -251,6 +251,8 @@ def test_a_dp2_service_serves_int8_kv_says_so_and_returns_every_page(
         card = httpx.get(f"{svc.url}/v1/models", timeout=30).json()["data"][0]
         assert card["meta"]["kv_cache_dtype"] == "int8"
         assert "(KV int8)" in svc.log()  # each replica's "engine ready" line
+        info = httpx.get(f"{svc.url}/v1/engine/info", timeout=30).json()  # the dashboard's
+        assert info["kv_cache_dtype"] == "int8"
         body = {"model": card["id"], "prompt": "Hello world", "max_tokens": 8, "temperature": 0}
         for _ in range(4):  # the dispatcher spreads them over both replicas
             r = httpx.post(f"{svc.url}/v1/completions", json=body, timeout=60)
