@@ -127,7 +127,7 @@ def test_torch_ops_between_the_matmuls_are_row_invariant(dtype, width) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_plain_c_avx2_and_avx512_matmuls_agree(dtype) -> None:
     # the same 16 partial sums and tree in every copy (fmaf, no reassociation): the copies this
-    # host can run give the same bits (the ISA a request runs on never changes its tokens)
+    # host can run give the same bits
     from minisgl_core.kernels.native import library as native
 
     lib = native.library()
@@ -135,7 +135,9 @@ def test_plain_c_avx2_and_avx512_matmuls_agree(dtype) -> None:
     w = torch.randn(70, 37, generator=gen).to(dtype)
     x = torch.randn(9, 37, generator=gen).to(dtype)
     outs = []
-    for isa in range(native.best_isa() + 1):
+    # bf16 on AVX512-BF16 takes its pairwise dot product instead: another order, on every row
+    top = native.best_isa() - (dtype == torch.bfloat16 and lib.wo_has_bf16() == 1)
+    for isa in range(top + 1):
         y = torch.empty(9, 70, dtype=dtype)
         assert lib.bi_matmul(x.data_ptr(), 9, 37, w.data_ptr(), 70, None, None, y.data_ptr(),
                              int(dtype == torch.bfloat16), isa) == 0

@@ -177,6 +177,50 @@ INL256 void tile_256(const float *const *xr, int nr, const void *w, int64_t o, i
         for (int c = 0; c < nc; c++) out[r][c] = tree_256(lo[r][c], hi[r][c]);
 }
 
+#define INLBF16 static inline __attribute__((always_inline,                                      \
+                                           target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+
+/* bf16 rows and weights on AVX512-BF16's dot product: each of the 16 partial sums takes a pair
+ * of products a step (elements 32 k + 2 j and 32 k + 2 j + 1 into lane j), then the same tree.
+ * Another order than the fp32 tiles', the same for every row and call: on these hosts every
+ * bf16 row takes it */
+INLBF16 void tile_bf16(const uint16_t *const *xh, int nr, const uint16_t *w, int64_t o, int nc,
+                       int in, float out[ROWS][COLS]) {
+    __m512 acc[ROWS][COLS];
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int i = 0; i < in; i += 32) {
+        __mmask32 m = in - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (in - i)) - 1);
+        __m512bh xv[ROWS];
+        for (int r = 0; r < nr; r++) xv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, xh[r] + i);
+        for (int c = 0; c < nc; c++) {
+            __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + (o + c) * (int64_t)in + i);
+            for (int r = 0; r < nr; r++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv[r], wv);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) out[r][c] = tree_512(acc[r][c]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) static void tile_avx512bf16(
+    const uint16_t *const *xh, int nr, const void *w, int64_t o, int nc, int in,
+    float out[ROWS][COLS]) {
+    const uint16_t *wh = (const uint16_t *)w;
+#define TILEBF(R, C)                                                                           \
+    if (nr == R && nc == C) {                                                                  \
+        tile_bf16(xh, R, wh, o, C, in, out);                                                   \
+        return;                                                                                \
+    }
+    TILEBF(4, 4) TILEBF(3, 4) TILEBF(2, 4) TILEBF(1, 4)
+    TILEBF(4, 1) TILEBF(3, 1) TILEBF(2, 1) TILEBF(1, 1)
+#undef TILEBF
+    for (int c = 0; c < nc; c++) {
+        float one[ROWS][COLS];
+        tile_avx512bf16(xh, nr, w, o + c, 1, in, one);
+        for (int r = 0; r < nr; r++) out[r][c] = one[r][0];
+    }
+}
+
 /* tile_512 with its sizes as constants (each combination unrolled into registers) */
 BI_TARGET_AVX512 static void tile_avx512(const float *const *xr, int nr, const void *w,
                                          int64_t o, int nc, int in, int bf16,
@@ -224,7 +268,10 @@ BI_INLINE void item_body(const void *x, int64_t t0, int64_t t1, int in, const vo
     for (int64_t t = t0; t < t1; t += ROWS) {
         int nr = t + ROWS <= t1 ? ROWS : (int)(t1 - t);
         const float *xr[ROWS];
+        const uint16_t *xh[ROWS];  /* isa 3: the bf16 rows as they are */
         for (int r = 0; r < nr; r++) {
+            xh[r] = (const uint16_t *)x + (t + r) * (int64_t)in;
+            if (isa == 3) continue;
             bi_load_row(x, t + r, in, bf16, xf + (int64_t)r * in);
             xr[r] = xf + (int64_t)r * in;
         }
@@ -232,7 +279,8 @@ BI_INLINE void item_body(const void *x, int64_t t0, int64_t t1, int in, const vo
             int nc = o + COLS <= o1 ? COLS : (int)(o1 - o);
             float sums[ROWS][COLS];
 #if defined(__x86_64__)
-            if (isa == 2) tile_avx512(xr, nr, w, o, nc, in, bf16, sums);
+            if (isa == 3) tile_avx512bf16(xh, nr, w, o, nc, in, sums);
+            else if (isa == 2) tile_avx512(xr, nr, w, o, nc, in, bf16, sums);
             else if (isa == 1) tile_avx2(xr, nr, w, o, nc, in, bf16, sums);
             else
 #endif
@@ -266,6 +314,10 @@ static void item_c(ARGS) { item_body(PASS, 0); }
 #if defined(__x86_64__)
 BI_TARGET_AVX2 static void item_avx2(ARGS) { item_body(PASS, 1); }
 BI_TARGET_AVX512 static void item_avx512(ARGS) { item_body(PASS, 2); }
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma"))) static void item_avx512bf16(
+    ARGS) {
+    item_body(PASS, 3);
+}
 #endif
 
 int bi_matmul(const void *x, int T, int in, const void *w, int out, const void *bias,
@@ -273,7 +325,7 @@ int bi_matmul(const void *x, int T, int in, const void *w, int out, const void *
     if (T < 0 || in < 1 || out < 1) return -1;
     void (*item)(ARGS) = item_c;
 #if defined(__x86_64__)
-    if (isa >= 2) item = item_avx512;
+    if (isa >= 2) item = bf16 && wo_has_bf16() ? item_avx512bf16 : item_avx512;
     else if (isa == 1) item = item_avx2;
 #endif
     int64_t col_blocks = (out + BLOCK - 1) / BLOCK, row_blocks = (T + ROW_BLOCK - 1) / ROW_BLOCK;
