@@ -23,7 +23,10 @@ MODES = {"fp32": ("dtype=float32",), "bf16": ("dtype=bfloat16",), "int8": ("quan
          "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
          # the same weights with int8 KV pages (--kv-cache-dtype int8)
          "fp32-kv-int8": ("dtype=float32", "kv_cache_dtype=int8"),
-         "bf16-kv-int8": ("dtype=bfloat16", "kv_cache_dtype=int8")}
+         "bf16-kv-int8": ("dtype=bfloat16", "kv_cache_dtype=int8"),
+         # the batch-invariant kernels (--deterministic)
+         "fp32-deterministic": ("dtype=float32", "deterministic=true"),
+         "bf16-deterministic": ("dtype=bfloat16", "deterministic=true")}
 
 
 def say(message: str) -> None:
