@@ -84,15 +84,17 @@ def test_speculation_gives_the_plain_tokens(make_engine, drain) -> None:
                 drain)["0"] == plain["0"]
 
 
-def test_weight_only_int8_is_batch_invariant(make_engine, drain) -> None:
+@pytest.mark.parametrize("scheme", ["int8-wo", "int4"])
+def test_weight_only_is_batch_invariant(scheme, make_engine, drain) -> None:
     def engine():
-        return make_engine("qwen2", deterministic=True, num_threads=2, quantization="int8-wo")
+        return make_engine("qwen2", deterministic=True, num_threads=2, quantization=scheme)
 
     prompts = _prompts(engine().vocab_size, 8)
     batch = _run(engine(), prompts, GREEDY, drain)
     assert _run(engine(), [prompts[5]], GREEDY, drain)["0"] == batch["5"]
     names = {k.name for ks in engine().model.kernels.kernels.values() for k in ks}
-    assert "int8-wo-invariant" in names and names <= {"int8-wo-invariant", "invariant"}
+    assert f"{scheme}-invariant" in names
+    assert names <= {"int8-wo-invariant", "int4-invariant", "invariant"}
 
 
 def test_compiled_steps_give_the_eager_bits(make_engine, drain) -> None:
