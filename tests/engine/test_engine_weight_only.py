@@ -27,6 +27,7 @@ from minisgl_core.kernels.matmul.weight_only import (
     native_matmul,
     quantize_int4,
 )
+from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
 from minisgl_core.kernels.native import library as native
 from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.wire.schema import SamplingParams
@@ -278,3 +279,32 @@ def test_kernel_benchmark_refuses_a_path_wider_than_the_cpu(
                            json_lines=True) == 1
     said = capsys.readouterr().err.strip()
     assert said == "bench kernels: this CPU runs avx2 at most, not avx512"
+
+
+@pytest.mark.skipif(not WeightOnlyGemm("int4").available(torch.device("cpu"), torch.bfloat16),
+                    reason="no AVX512-BF16 here (or no native library)")
+def test_a_bf16_engine_generates_on_the_gemm(tiny_models, monkeypatch) -> None:
+    model = resolve(str(tiny_models["llama"]))
+    layers = {}
+    for kernel in ("int4", "int4-gemm"):  # the dot-product kernel, then the GEMM, every bucket
+        monkeypatch.setenv("MINISGL_LINEAR", kernel)
+        engine = Engine(EngineConfig(model=model.path, num_threads=1, quantization="int4",
+                                     dtype="bfloat16"), model.model_class)
+        layer = engine.model.layers[0]
+        assert {k.name for k in layer.down.kernels} == {kernel}
+        layers[kernel] = layer
+        sp = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        for i, prompt in enumerate([[5, 9, 13, 2, 7], [3, 4], [8, 1, 6]]):
+            engine.add_request(f"r{i}", prompt, sp)
+        out: dict[str, list[int]] = {}
+        for _ in range(40):  # bounded: 4 tokens each need a few steps
+            if not engine.has_work():
+                break
+            for step in engine.step():
+                out.setdefault(step.request_id, []).extend(step.token_ids)
+        assert not engine.has_work() and sorted(map(len, out.values())) == [4, 4, 4]
+    # the same packed weight through both kernels (the C++ operator where it is built)
+    x = torch.randn(5, layers["int4"].down.in_features,
+                    generator=torch.Generator().manual_seed(9)).bfloat16()
+    a, b = (layers[k].down(x).float() for k in ("int4", "int4-gemm"))
+    assert float((a - b).abs().max() / a.abs().max()) < 1e-2  # both rounded once to bf16

@@ -90,3 +90,4 @@ def test_gemm_is_offered_only_for_bf16_where_the_cpu_has_it() -> None:
     if not HERE:  # the C entry points say no rather than run an instruction the CPU lacks
         packed = quantize_int4(torch.randn(16, 64))
         assert gemm_matmul(torch.randn(3, 64).bfloat16(), packed) is None
+
