@@ -188,7 +188,9 @@ def test_stop_returns_the_pages(browser: Any, service: RunningService) -> None:
     page = open_page(browser, service, DESKTOP)
     total = service.metrics()["minisgl_kv_pages_total"]
     # the page stops at once, but the scheduler may still finish all 400 tokens before the
-    # disconnect reaches it (then it ends "length"): another answer is asked for, up to 5
+    # disconnect reaches it (then it ends "length"), and on a busy host the whole answer may reach
+    # the page in one read, before it can stop (then it shows "done"): another answer is asked
+    # for, up to 5
     for _attempt in range(5):
         before = service.metrics()
         answers = page.evaluate("() => document.querySelectorAll('.msg.assistant').length")
@@ -197,17 +199,20 @@ def test_stop_returns_the_pages(browser: Any, service: RunningService) -> None:
         page.wait_for_function(f"() => document.querySelectorAll('.msg.assistant').length > "
                                f"{answers} && {LAST}.dataset.state !== 'streaming'",
                                timeout=WAIT_MS)
-        assert page.evaluate(f"() => {LAST}.dataset.state") == "stopped", page.evaluate(
+        state = page.evaluate(f"() => {LAST}.dataset.state")
+        assert state in ("stopped", "done"), page.evaluate(
             f"() => {LAST}.textContent")  # an error's message, if that is what it shows
-        assert page.evaluate("() => window.__stopWasShown") is True  # shown while streaming
-        assert "stopped" in page.evaluate(f"() => {LAST}.querySelector('.meta').textContent")
+        if state == "stopped":
+            assert page.evaluate("() => window.__stopWasShown") is True  # shown while streaming
+            assert "stopped" in page.evaluate(
+                f"() => {LAST}.querySelector('.meta').textContent")
         assert page.is_visible("#send") and page.is_hidden("#stop")
         after = service.wait_metrics(
             lambda m, b=before: m.get(ABORT, 0) + m.get(LENGTH, 0)
             > b.get(ABORT, 0) + b.get(LENGTH, 0)
             and m["minisgl_kv_pages_free"] == total and m["minisgl_requests_running"] == 0,
             what="the stopped answer ended, its pages free")
-        if after.get(ABORT, 0) > before.get(ABORT, 0):
+        if state == "stopped" and after.get(ABORT, 0) > before.get(ABORT, 0):
             break
     else:
         pytest.fail("in 5 answers no stop reached the scheduler before the answer's end")
