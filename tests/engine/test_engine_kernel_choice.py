@@ -87,6 +87,25 @@ def test_one_layout_per_layer_with_the_fastest_kernel_per_bucket(tmp_path: Path,
     assert {k.layout for k in choice.kernels["qkv"]} == {"onednn"}
 
 
+def test_a_kernel_is_neither_timed_nor_picked_below_the_rows_it_serves(
+        tmp_path: Path, monkeypatch, pool_names) -> None:
+    if "onednn-rows" not in pool_names:
+        pytest.skip("oneDNN is not available here")
+    from minisgl_core.kernels.matmul.dense import OneDNN
+
+    # onednn is scripted fastest everywhere, but serves only from 3 rows up
+    monkeypatch.setattr(OneDNN, "serves", lambda self, rows: self.name != "onednn" or rows > 2)
+    timed: list[tuple[str, int]] = []
+
+    def timer(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+        timed.append((kernel.name, x.shape[0]))
+        return 0.5 if kernel.name == "onednn" else 1.0
+
+    choice = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=timer)
+    assert ("onednn", BUCKETS[0]) not in timed and ("onednn", BUCKETS[1]) in timed
+    assert choice.names()["qkv"] == ["onednn-rows"] + ["onednn"] * (len(BUCKETS) - 1)
+
+
 def test_a_different_cache_key_measures_again(tmp_path: Path, pool_names) -> None:
     choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=_scripted("dense"))
     other = choose({"qkv": (96, 32)}, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,

@@ -54,6 +54,11 @@ class Kernel:
         """The kernel that does exactly what this one does at ``rows`` rows (None: none)."""
         return None
 
+    def serves(self, rows: int) -> bool:
+        """Whether the measured choice may give this kernel steps of ``rows`` rows (a kernel
+        built for many rows is neither timed nor picked below them)."""
+        return True
+
     def pack(self, weight: torch.Tensor) -> Any:
         """The private layout of an HF ``weight [out, in]``."""
         raise NotImplementedError

@@ -43,8 +43,8 @@ MAX_OUT = 8192
 # COLD_BYTES of something else first (more than a server's L3).
 COLD_ROWS = 16
 BUSY_LOAD = 0.5  # load average per core above which timings are taken beside other work
-METHOD = 3  # in the cache key: a change in how kernels are timed, or in what a kernel does
-# (3: int4 against bf16 on its own kernels), invalidates old choices
+METHOD = 4  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
+# timed only where it serves) invalidates old choices
 COLD_BYTES = 64 << 20
 
 Shapes = Mapping[str, tuple[int, int]]  # role -> (out, in)
@@ -227,7 +227,7 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
             for b, rows in enumerate(BUCKETS):
                 x = torch.randn(rows, inp, generator=torch.Generator().manual_seed(rows)).to(dtype)
                 # a kernel that does what an earlier one does at this row count is not timed
-                timed = [k for k in pool if k.same_as(rows) is None]
+                timed = [k for k in pool if k.same_as(rows) is None and k.serves(rows)]
                 for k in timed:  # warm-up: first calls build oneDNN primitives
                     k.run(packed[k.layout], x, None, None)
                 for _ in range(REPEATS if rows * out * inp <= BIG else 1):
@@ -249,13 +249,15 @@ def _pick(pool: Sequence[Kernel], times: Mapping[str, Sequence[float]]) -> tuple
     """One layout (least total slowdown against each bucket's best), then per bucket its fastest
     kernel; ties go to the earlier candidate. Unmeasured buckets get the first candidate."""
     n = len(BUCKETS)
-    if any(times[k.name][b] == float("inf") for k in pool for b in range(n)):
+    serving = [[k for k in pool if k.serves(BUCKETS[b])] for b in range(n)]
+    if any(times[k.name][b] == float("inf") for b in range(n) for k in serving[b]):
         return (pool[0],) * n
-    best = [min(times[k.name][b] for k in pool) for b in range(n)]
-    layouts = list(dict.fromkeys(k.layout for k in pool))
+    best = [min(times[k.name][b] for k in serving[b]) for b in range(n)]
+    layouts = [layout for layout in dict.fromkeys(k.layout for k in pool)
+               if all(any(k.layout == layout for k in serving[b]) for b in range(n))]
 
     def in_layout(layout: str, b: int) -> Kernel:
-        return min((k for k in pool if k.layout == layout), key=lambda k: times[k.name][b])
+        return min((k for k in serving[b] if k.layout == layout), key=lambda k: times[k.name][b])
 
     def loss(layout: str) -> float:
         return sum(times[in_layout(layout, b).name][b] / best[b] for b in range(n))

@@ -76,6 +76,10 @@ class WeightOnlyGemm(WeightOnlyKernel):
             log.warning("AVX512-BF16 %s GEMM gives wrong results here: not used", self.scheme)
         return ok
 
+    def serves(self, rows: int) -> bool:
+        # one or two rows pay the panel unpacking for nothing: 3-5x the dot-product kernel there
+        return rows > 2
+
     def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
         fused = residual if bias is None else None
