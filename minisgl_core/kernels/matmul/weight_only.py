@@ -22,6 +22,7 @@ multiplies it with torch's GEMM (other devices, and hosts where the library cann
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -174,14 +175,23 @@ def amx_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight | torch.Tensor,
     return y if kernel(*call) == 0 else None
 
 
+FusedMatmul = Callable[..., torch.Tensor | None]  # (x, packed, residual, dtype) -> y or None
+
+
+def fused_run(matmul: FusedMatmul, packed: object, x: torch.Tensor, bias: torch.Tensor | None,
+              residual: torch.Tensor | None) -> torch.Tensor:
+    """The ``run`` of a native kernel that can add a residual itself: without a bias the
+    residual is summed in the kernel, rounded once."""
+    fused = residual if bias is None else None
+    y = matmul(x, packed, fused, x.dtype)
+    assert y is not None, "a native kernel ran where available() said it could not"
+    return y if fused is not None else add_bias_residual(y, bias, residual)
+
+
 def amx_run(packed: Int8Weight | Int4Weight | torch.Tensor, x: torch.Tensor,
             bias: torch.Tensor | None, residual: torch.Tensor | None) -> torch.Tensor:
-    """An AMX kernel's ``run``: a residual without a bias is summed in the kernel, rounded
-    once."""
-    fused = residual if bias is None else None
-    y = amx_matmul(x, packed, fused, x.dtype)
-    assert y is not None, "the AMX kernel ran where available() said it could not"
-    return y if fused is not None else add_bias_residual(y, bias, residual)
+    """An AMX kernel's ``run``."""
+    return fused_run(amx_matmul, packed, x, bias, residual)
 
 
 class WeightOnlyKernel(Kernel):
@@ -197,6 +207,23 @@ class WeightOnlyKernel(Kernel):
     def nbytes(self, packed: Int8Weight | Int4Weight) -> int:
         return sum(int(t.numel() * t.element_size()) for t in
                    (packed.q, packed.scale, *((packed.min,) if self.scheme == "int4" else ())))
+
+    def bf16_self_check(self, matmul: FusedMatmul, what: str, int4_in_bf16: bool) -> bool:
+        """Whether ``matmul`` on bf16 inputs gives the dequantized weight's product here (CPU
+        and bf16 only); ``int4_in_bf16``: its int4 weight is rounded once to bf16."""
+        gen = torch.Generator().manual_seed(0)
+        w, x = torch.randn(24, 40, generator=gen), torch.randn(5, 40, generator=gen)
+        packed = self.pack(w)
+        y = matmul(x.bfloat16(), packed, None, torch.float32)
+        if y is None:
+            return False
+        deq = dequantize_int4(packed) if self.scheme == "int4" else dequantize_int8(packed)
+        if self.scheme == "int4" and int4_in_bf16:
+            deq = deq.bfloat16().float()
+        ok = torch.allclose(y, x.bfloat16().float() @ deq.t(), rtol=1e-4, atol=1e-4)
+        if not ok:
+            log.warning("%s %s kernel gives wrong results here: not used", what, self.scheme)
+        return ok
 
 
 class WeightOnlyNative(WeightOnlyKernel):
@@ -233,21 +260,9 @@ class WeightOnlyAmx(WeightOnlyKernel):
         self.name = f"{scheme}-amx"
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
-        if device.type != "cpu" or dtype != torch.bfloat16:
-            return False
-        gen = torch.Generator().manual_seed(0)
-        w, x = torch.randn(24, 40, generator=gen), torch.randn(5, 40, generator=gen)
-        packed = self.pack(w)
-        y = amx_matmul(x.bfloat16(), packed)
-        if y is None:
-            return False
         # int4 tiles are the fp32 weight rounded once to bf16; int8 ones are exact integers
-        deq = (dequantize_int4(packed).bfloat16().float() if self.scheme == "int4"
-               else dequantize_int8(packed))
-        ok = torch.allclose(y, x.bfloat16().float() @ deq.t(), rtol=1e-4, atol=1e-4)
-        if not ok:
-            log.warning("AMX %s kernel gives wrong results here: not used", self.scheme)
-        return ok
+        return (device.type == "cpu" and dtype == torch.bfloat16
+                and self.bf16_self_check(amx_matmul, "AMX", int4_in_bf16=True))
 
     def run(self, packed: Int8Weight | Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
