@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +27,10 @@ from minisgl_core.engine.prefix_disk import DiskTier, open_disk_tier, tier_metri
 from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.speculative import Speculator
+from minisgl_core.engine.stats import EngineStats
 from minisgl_core.engine.step_layout import layout
 from minisgl_core.engine.stopping import finish_reason, stop_window
-from minisgl_core.engine.weights import load_weights, release_freed_memory
+from minisgl_core.engine.weights import load_weights, make_deterministic, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
 from minisgl_core.store.naming import model_name_of
 
@@ -40,42 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GRAMMAR_WAIT_S = 0.005  # an idle step waits this long for a compiling grammar instead of spinning
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """A snapshot of the engine's load and counters."""
-
-    running: int
-    waiting: int
-    pages_total: int
-    pages_free: int  # allocatable now: on the free list or cached and used by no request
-    page_size: int
-    preemptions: int
-    prompt_tokens: int  # admitted prompt tokens so far
-    generated_tokens: int  # sampled tokens so far
-    pages_cached: int = 0  # pages held by the prefix cache (some may be in use too)
-    cache_hit_tokens: int = 0  # prompt tokens admissions took from the prefix cache
-    spec_draft_tokens: int = 0  # speculative draft tokens proposed
-    spec_accepted_tokens: int = 0  # of those, accepted by verification
-    # /metrics series of the prefix cache by tier, (name, value) (prefix_disk.tier_metrics)
-    prefix_tiers: tuple[tuple[str, float], ...] = ()
-
-    def as_dict(self) -> dict[str, int]:
-        """The fields as a plain dict (for gauges and logs)."""
-        return asdict(self)
-
-
-def deterministic(model: Any, config: EngineConfig) -> None:
-    """Set a decoder to its batch-invariant kernels and ops (before its weights load);
-    ValueError for a model that has none (a plugin's own) or cannot compile them."""
-    if not hasattr(model, "deterministic"):
-        raise ValueError(f"deterministic: {type(model).__name__} has no batch-invariant mode "
-                         "(the built-in Llama, Qwen2, Qwen3 and Gemma 3 decoders have)")
-    if config.compile and not getattr(model, "compiles_deterministic", False):
-        raise ValueError(f"deterministic with compile: {type(model).__name__}'s compiled step "
-                         "is not batch-invariant; run it eagerly (no --compile)")
-    model.deterministic = True
 
 
 class Engine:
@@ -114,7 +78,7 @@ class Engine:
         self.model = model_class(cfg, dtype=self.dtype, device=self.device,
                                  max_seq_len=self.max_seq_len, **extra)
         if config.deterministic:
-            deterministic(self.model, config)
+            make_deterministic(self.model, config.compile)
         self.load_report = load_weights(self.model, path, self.dtype, config.load_format)
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None

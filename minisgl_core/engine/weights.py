@@ -164,5 +164,17 @@ def release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+def make_deterministic(model: Any, compile: bool) -> None:
+    """Set a decoder to its batch-invariant kernels and ops (before its weights load);
+    ValueError for a model that has none (a plugin's own) or cannot compile them."""
+    if not hasattr(model, "deterministic"):
+        raise ValueError(f"deterministic: {type(model).__name__} has no batch-invariant mode "
+                         "(the built-in Llama, Qwen2, Qwen3 and Gemma 3 decoders have)")
+    if compile and not getattr(model, "compiles_deterministic", False):
+        raise ValueError(f"deterministic with compile: {type(model).__name__}'s compiled step "
+                         "is not batch-invariant; run it eagerly (no --compile)")
+    model.deterministic = True
+
+
 __all__ = ["LOAD_FORMATS", "Checkpoint", "LoadReport", "ModelNotFoundError", "cache_dir",
-           "load_weights", "release_freed_memory"]
+           "load_weights", "make_deterministic", "release_freed_memory"]
