@@ -18,7 +18,8 @@ from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
 # `--mode NAME`: the settings of one minisgl service per mode, measured side by side
-MODES = {"fp32": ("dtype=float32",), "bf16": ("dtype=bfloat16",), "int8": ("quantization=int8",),
+MODES = {"default": (),  # `minisgl launch` with no flags: what users get
+         "fp32": ("dtype=float32",), "bf16": ("dtype=bfloat16",), "int8": ("quantization=int8",),
          "int8-wo": ("quantization=int8-wo",), "int4": ("quantization=int4",),
          "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
          # the same weights with int8 KV pages (--kv-cache-dtype int8)
