@@ -135,30 +135,32 @@ def test_command_peer_is_measured_and_stopped(tmp_path: Path) -> None:
 
 
 def test_the_q8_0_gguf_is_written_once_by_llama_quantize(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir = tmp_path / ".venv-llamacpp" / "bin"
+    bin_dir.mkdir(parents=True)
     calls = tmp_path / "calls"
     quantize = bin_dir / "llama-quantize"  # stands for llama.cpp's: copies, logs its arguments
     quantize.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncp "$2" "$3"\n')
     quantize.chmod(0o755)
     gguf = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     gguf.write_bytes(b"GGUF")
-    out = peers.gguf_q8_0(gguf, bin_dir, tmp_path / "cache")
+    out = peers.gguf_quantized(gguf, "Q8_0", tmp_path / "cache", tmp_path)
     assert out == tmp_path / "cache" / "SmolLM2-135M-Instruct.Q8_0.gguf"
-    assert out.read_bytes() == b"GGUF" and not list((tmp_path / "cache").glob("*.part"))
-    assert peers.gguf_q8_0(gguf, bin_dir, tmp_path / "cache") == out  # kept: not written again
+    assert out.read_bytes() == b"GGUF" and sorted((tmp_path / "cache").iterdir()) == [out]
+    # kept: not written again
+    assert peers.gguf_quantized(gguf, "Q8_0", tmp_path / "cache", tmp_path) == out
     (line,) = calls.read_text().splitlines()
     assert line.split()[0] == "--allow-requantize" and line.split()[-1] == "Q8_0"
 
 
 def test_a_failed_llama_quantize_says_why_and_leaves_no_file(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir = tmp_path / ".venv-llamacpp" / "bin"
+    bin_dir.mkdir(parents=True)
     (bin_dir / "llama-quantize").write_text(  # writes part of its output, then fails
         '#!/bin/sh\necho half > "$3"\necho "bad magic" >&2\nexit 3\n')
     (bin_dir / "llama-quantize").chmod(0o755)
     gguf = tmp_path / "m.Q4_1.gguf"
     gguf.write_bytes(b"x")
-    with pytest.raises(RuntimeError, match=r"llama-quantize failed \(3\):\nbad magic"):
-        peers.gguf_q8_0(gguf, bin_dir, tmp_path / "cache")
+    with pytest.raises(RuntimeError, match=r"llama-quantize failed \(3\) writing Q8_0 of "
+                                           r".*m\.Q4_1\.gguf:\nbad magic"):
+        peers.gguf_quantized(gguf, "Q8_0", tmp_path / "cache", tmp_path)
     assert not list((tmp_path / "cache").iterdir())

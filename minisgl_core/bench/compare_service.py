@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.bench.peers import PeerProcess, PeerSpec
+from minisgl_core.bench.peer_process import PeerProcess
+from minisgl_core.bench.peers import PeerSpec
 from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
@@ -77,14 +78,16 @@ class ServiceUnderTest:
 
     @classmethod
     def start(cls, model_dir: str, transport: str, log_dir: Path,
-              launch_args: Sequence[str], mode: str | None = None) -> ServiceUnderTest:
-        """Launch the service on ``transport`` (in ``mode``, one of MODES) and sample its idle
-        CPU; it is labelled "TRANSPORT MODE"."""
+              launch_args: Sequence[str], mode: str | None = None,
+              label: str | None = None) -> ServiceUnderTest:
+        """Launch the service of ``model_dir`` (or a GGUF file) on ``transport`` (in ``mode``,
+        one of MODES) and sample its idle CPU; it is labelled ``label``, else "TRANSPORT
+        MODE"."""
         import httpx
 
         from minisgl_core.testing.service import launch_service
 
-        label = f"{transport} {mode}" if mode else transport
+        label = label or (f"{transport} {mode}" if mode else transport)
         args = [*launch_args, *(a for kv in MODES[mode] for a in ("-s", kv))] if mode \
             else list(launch_args)
         say(f"{label}: starting the service")

