@@ -27,7 +27,9 @@ from minisgl_core.store.paths import cache_dir
 # general.architecture of a GGUF file -> the Hugging Face architecture it converts to
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                       "qwen3": "Qwen3ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
-CONVERTER_VERSION = 1  # bump when the converter's output changes: older directories are redone
+# bump when the converter's output changes: older directories are redone (2: the marker
+# records the GGUF types of the weight matrices, which ``--quantization auto`` reads)
+CONVERTER_VERSION = 2
 
 
 def gguf_root() -> Path:
@@ -51,6 +53,22 @@ def gguf_architecture(gguf: Path) -> str:
             f"{gguf.name}: GGUF architecture {name or '(none)'!r} is not one minisgl serves "
             f"(GGUF architectures: {', '.join(sorted(GGUF_ARCHITECTURES))})")
     return GGUF_ARCHITECTURES[name]
+
+
+def gguf_weight_types(gguf: Path) -> dict[str, list[int]]:
+    """GGUF type name -> [tensors, weights] over the file's weight matrices (the 2-D tensors:
+    every matmul, the embedding and the LM head), e.g. ``{"Q4_1": [210, ...], "Q8_0": [1, ...]}``
+    for a Q4_1 file whose token embedding is Q8_0."""
+    from gguf import GGUFReader
+
+    types: dict[str, list[int]] = {}
+    for tensor in GGUFReader(gguf, "r").tensors:
+        if len(tensor.shape) != 2:  # norms and biases stay F32 in every file type
+            continue
+        count = types.setdefault(tensor.tensor_type.name, [0, 0])
+        count[0] += 1
+        count[1] += int(tensor.n_elements)
+    return types
 
 
 def content_hash(path: Path) -> str:
@@ -111,7 +129,8 @@ def ensure_converted(gguf: Path, *, name: str | None = None,
         try:
             _convert_in_subprocess(gguf, tmp, arch)
             marker = {"sha256": sha, "converter": CONVERTER_VERSION, "source": gguf.name,
-                      "name": name or gguf.stem, "architecture": arch}
+                      "name": name or gguf.stem, "architecture": arch,
+                      "weight_types": gguf_weight_types(gguf)}
             (tmp / MARKER).write_text(json.dumps(marker))
             if target.exists():  # an older converter's or a foreign directory: replaced whole
                 shutil.rmtree(target)
@@ -169,4 +188,4 @@ def _convert_in_subprocess(gguf: Path, out: Path, arch: str) -> None:
 
 
 __all__ = ["CONVERTER_VERSION", "GGUF_ARCHITECTURES", "content_hash", "ensure_converted",
-           "gguf_architecture", "gguf_root", "read_marker"]
+           "gguf_architecture", "gguf_root", "gguf_weight_types", "read_marker"]

@@ -2,8 +2,9 @@
 ``convert_hf_to_gguf.py`` lays one out: its metadata keys, tensor names and q/k permutation
 (Llama), the byte-level BPE tokenizer as ``gpt2`` tokens and merges, the chat template.
 
-``qtype`` is ``F32`` (exact), ``F16`` or ``Q8_0`` (matrices only; norms stay F32, as llama.cpp
-keeps them), so tests can compare a GGUF-served model with its original at a known tolerance.
+``qtype`` is ``F32`` (exact), ``F16``, ``Q8_0``, ``Q4_0`` or ``Q4_1`` (matrices only; norms stay
+F32, as llama.cpp keeps them), so tests can compare a GGUF-served model with its original at a
+known tolerance, and see which scheme ``--quantization auto`` serves each type in.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def write_gguf(model_dir: Path, out: Path, qtype: str = "F32") -> Path:
     quant = getattr(gguf.GGMLQuantizationType, qtype)
     heads, kv_heads, _ = head_shape(cfg)
     writer = gguf.GGUFWriter(str(out), arch)
-    add_hparams(writer, cfg, model_dir.name, {"F32": 0, "F16": 1, "Q8_0": 7}[qtype])
+    file_type = gguf.LlamaFileType.ALL_F32 if qtype == "F32" else \
+        gguf.LlamaFileType[f"MOSTLY_{qtype}"]
+    add_hparams(writer, cfg, model_dir.name, int(file_type))
     add_tokenizer(writer, model_dir)
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()),
                                      cfg["num_hidden_layers"])
