@@ -175,16 +175,17 @@ def _compare(engines: dict[str, Any], path: Any, batch_sizes: list[int], max_tok
         for b in batch_sizes:
             best_engine[label, b] = engine_run(label, encoded[b], max_tokens)
     peak = _peak_rss_mib()  # the engines alone: transformers' model is not loaded yet
-    if profile:
-        use("engine")
-        for label, engine in engines.items():
-            for b in batch_sizes:
-                say(format_profile(label, b, profile_decode(engine, encoded[b], top=6)))
     host = None
-    if ceilings:
+    if ceilings or profile:  # the profile's weight-bytes time is at this run's bandwidth
         use("engine")
         host = roof.measure()
         say(host.line())
+    if profile and host is not None:
+        use("engine")
+        for label, engine in engines.items():
+            say(format_profile(label, [profile_decode(engine, encoded[b], top=6,
+                                                      read_gb_s=host.read_gb_s)
+                                       for b in batch_sizes]))
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -233,7 +234,9 @@ def offline_command(
     dtype: Annotated[list[str] | None, typer.Option(
         help="float32, bfloat16 or auto (repeat to run several, interleaved).")] = None,
     profile: Annotated[bool, typer.Option(
-        help="Break one decode step into matmul / attention / other ops / Python.")] = False,
+        help="Break a decode step at each batch size into the weights' bytes at the measured "
+        "read bandwidth and named overheads (attention, norms, rotary, sampling, Python...)."
+    )] = False,
     ceilings: Annotated[bool, typer.Option(
         help="Measure the host's ceilings and report each figure as a share of them.")] = True,
     repeat: Annotated[int, typer.Option(min=1, help="Runs per system; the best counts.")] = 3,

@@ -1,10 +1,16 @@
-"""Where one decode step's time goes: matmul, attention, other ops, and Python (the rest).
+"""Where one decode step's time goes: the weights' bytes at the host's read bandwidth, then named
+overheads (matmul beyond those bytes, attention, norms, rotary, SiLU x up, residual adds,
+sampling, dtype conversions, ...) and Python between the ops.
 
-The step time is the median of unprofiled decode steps; the split comes from torch.profiler's
-self CPU times over as many profiled steps, so "python" (step time minus every op's time: the
-interpreter, scheduling, sampling bookkeeping) is approximate. Ops are sorted by name into
-matmul (dense, oneDNN, int8 and the native weight-only kernels), attention (the KV gather and
-store, SDPA) and the rest (norms, rotary, SiLU x up, residual adds, sampling...).
+The step time is the median of unprofiled decode steps. The split comes from torch.profiler over
+as many profiled steps: every op's self CPU time goes to the group of the op at the top of its
+call tree (``aten::rms_norm``'s inner ``pow``, ``mean`` and casts are norm time, a top-level
+``aten::to`` is a dtype conversion), groups named by op in ``GROUPS``; "python/dispatch" is the
+profiled step's wall time that no op accounts for (the interpreter, the engine's bookkeeping,
+torch's dispatch). The profiler slows every op a little, so each part is its share of the profiled
+step times the unprofiled step: the parts add up to the step. The weight-bytes time is the packed
+matmul weights (``ceilings.model_cost``) over the read bandwidth measured in the same run; the
+matmul group's time beyond it is what the kernels spend on anything but streaming weights.
 """
 
 from __future__ import annotations
@@ -16,20 +22,82 @@ from typing import Any
 from minisgl_core.kernels.matmul.weight_only import PROFILE_NAMES
 
 # minisgl::native_linear's own time is the weight-only kernels' (and a little glue around them)
-MATMUL = {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "quantized::linear_dynamic",
-          "aten::_int_mm", "minisgl::native_linear", *PROFILE_NAMES}
-ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::index_select",
-             "minisgl::native_decode_attention",
-             "aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::_softmax",
-             "aten::index_copy_", "aten::index_put_"}
+MATMUL = frozenset({"aten::mm", "aten::addmm", "aten::linear", "mkldnn::_linear_pointwise",
+                    "quantized::linear_dynamic", "aten::_int_mm", "minisgl::native_linear",
+                    *PROFILE_NAMES})
+ATTENTION = frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu",
+                       "aten::scaled_dot_product_attention", "aten::index_select",
+                       "minisgl::native_decode_attention", "minisgl::invariant_attention",
+                       "aten::_scaled_dot_product_attention_math", "aten::bmm", "aten::_softmax",
+                       "aten::index_copy_", "aten::index_put_"})
+# group -> the top-level op names whose time (their children's included) is that group's; the
+# decoder's and sampler's ops at batch 1 and 8 (an op named in none lands in "other ops")
+GROUPS: dict[str, frozenset[str]] = {
+    "matmul": MATMUL,
+    "attention": ATTENTION,
+    "norms": frozenset({"aten::rms_norm", "aten::_fused_rms_norm", "aten::layer_norm",
+                        "aten::pow", "aten::mean", "aten::rsqrt", "aten::rsqrt_",
+                        "minisgl::invariant_rms_norm"}),
+    # q/k times cos and sin, the halves swapped (cat), the sum; the cos/sin rows looked up
+    "rotary": frozenset({"aten::mul", "aten::cat", "aten::add", "aten::flip", "aten::index",
+                         "minisgl::invariant_rope"}),
+    "SiLU x up": frozenset({"aten::silu", "aten::mul_", "aten::gelu",
+                            "minisgl::invariant_swiglu"}),
+    "residual adds": frozenset({"aten::add_"}),
+    "embedding": frozenset({"aten::embedding"}),
+    "sampling": frozenset({"aten::max", "aten::argmax", "aten::softmax", "aten::log_softmax",
+                           "aten::topk", "aten::sort", "aten::cumsum", "aten::exponential_",
+                           "aten::gather", "aten::scatter_", "aten::masked_fill",
+                           "aten::clamp_min_", "aten::div", "aten::amax", "aten::item",
+                           "aten::_local_scalar_dense"}),
+    "dtype conversions": frozenset({"aten::to", "aten::_to_copy", "aten::copy_",
+                                    "aten::type_as", "aten::contiguous", "aten::clone"}),
+    # the step's input tensors built from Python lists (ids, positions, slots, lengths)
+    "step inputs": frozenset({"aten::lift_fresh", "aten::empty", "aten::zeros", "aten::arange",
+                              "aten::full", "aten::fill_", "aten::ones", "aten::new_empty"}),
+    "views": frozenset({"aten::slice", "aten::view", "aten::select", "aten::unsqueeze",
+                        "aten::squeeze", "aten::as_strided", "aten::narrow", "aten::expand",
+                        "aten::reshape", "aten::t", "aten::transpose", "aten::split",
+                        "aten::chunk", "aten::_unsafe_view", "aten::detach", "aten::alias"}),
+}
+OTHER, PYTHON = "other ops", "python/dispatch"
+GROUP_OF = {op: group for group, ops in GROUPS.items() for op in ops}
 
 
-def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8,
-                   top: int = 0) -> dict[str, Any]:
-    """Milliseconds per decode step: wall time, and op time split into matmul / attention /
-    other ops / python; with ``top`` > 0 also the ``top`` costliest other ops (name -> ms)."""
+def _root(event: Any) -> Any:
+    """The op at the top of ``event``'s call tree (itself when it has no parent)."""
+    while event.cpu_parent is not None:
+        event = event.cpu_parent
+    return event
+
+
+def split_ops(events: Any, steps: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Milliseconds per step by group, and by top-level op name for the ops in no group."""
+    groups = dict.fromkeys([*GROUPS, OTHER], 0.0)
+    others: dict[str, float] = {}
+    for e in events:
+        ms = e.self_cpu_time_total / 1e3 / steps
+        root = _root(e).name
+        group = GROUP_OF.get(root, OTHER)
+        groups[group] += ms
+        if group == OTHER:
+            others[root] = others.get(root, 0.0) + ms
+    return groups, others
+
+
+def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8, top: int = 0,
+                   read_gb_s: float = 0.0) -> dict[str, Any]:
+    """One decode step of ``engine`` on ``prompts`` (one request each), in milliseconds.
+
+    ``step_ms``: the median unprofiled step; ``parts``: group -> ms, adding up to it (see the
+    module's docstring), python/dispatch last; ``weight_bytes``: the packed matmul weights. With
+    ``read_gb_s`` > 0 the matmul group splits into ``weight bytes`` (their time at that
+    bandwidth, at most the matmul time) and ``matmul beyond weight bytes``. With ``top`` > 0,
+    ``top_other_ops``: the costliest ops named in no group (name -> ms).
+    """
     from torch.profiler import ProfilerActivity, profile
 
+    from minisgl_core.bench.ceilings import model_cost
     from minisgl_core.wire.schema import SamplingParams
 
     sp = SamplingParams(max_tokens=2 * steps + 4, temperature=0.0, ignore_eos=True)
@@ -43,32 +111,48 @@ def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8,
         engine.step()
         walls.append((time.perf_counter() - start) * 1e3)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
         for _ in range(steps):
             engine.step()
-    split = {"matmul": 0.0, "attention": 0.0, "other_ops": 0.0}
-    others: dict[str, float] = {}
-    for e in prof.key_averages():
-        ms = e.self_cpu_time_total / 1e3 / steps
-        key = "matmul" if e.key in MATMUL else "attention" if e.key in ATTENTION else "other_ops"
-        split[key] += ms
-        if key == "other_ops":
-            others[e.key] = others.get(e.key, 0.0) + ms
+        profiled_ms = (time.perf_counter() - start) * 1e3 / steps
+    groups, others = split_ops(prof.events(), steps)
     for _ in engine.run_until_idle():  # finish the profiled requests
         pass
     wall = statistics.median(walls)
-    out: dict[str, Any] = {"batch": float(len(prompts)), "step_ms": wall, **split,
-                           "python": max(0.0, wall - sum(split.values()))}
+    ops_ms = sum(groups.values())
+    groups[PYTHON] = max(0.0, profiled_ms - ops_ms)
+    scale = wall / max(profiled_ms, ops_ms)  # the profiler's own cost spread over the parts
+    parts = {k: v * scale for k, v in groups.items()}
+    weight_bytes = model_cost(engine.model).weight_bytes
+    if read_gb_s > 0:
+        matmul = parts.pop("matmul")
+        weights = min(matmul, weight_bytes / (read_gb_s * 1e9) * 1e3)
+        parts = {"weight bytes": weights, "matmul beyond weight bytes": matmul - weights,
+                 **parts}
+    out: dict[str, Any] = {"batch": len(prompts), "step_ms": wall, "parts": parts,
+                           "weight_bytes": weight_bytes, "read_gb_s": read_gb_s}
     if top:
         out["top_other_ops"] = dict(sorted(others.items(), key=lambda kv: -kv[1])[:top])
     return out
 
 
-def format_profile(label: str, batch: int, p: dict[str, Any]) -> str:
-    """One line per profile (and one more naming the costliest other ops, when collected)."""
-    line = (f"decode step, {label}, batch {batch}: {p['step_ms']:.1f} ms = matmul "
-            f"{p['matmul']:.1f} + attention (gather, store, sdpa) {p['attention']:.1f} + other "
-            f"ops {p['other_ops']:.1f} + python {p['python']:.1f}")
-    if p.get("top_other_ops"):
-        line += "\n  other ops: " + ", ".join(f"{k} {v:.2f}" for k, v in
-                                              p["top_other_ops"].items())
-    return line
+def format_profile(label: str, profiles: list[dict[str, Any]]) -> str:
+    """One system's profiles (one per batch size) as a table: a row per part, a column per
+    batch, the step last; then the ops named in no group, when collected."""
+    first = profiles[0]
+    head = f"decode step, {label}, ms per step"
+    if first["read_gb_s"]:
+        head += (f"; weight bytes: {first['weight_bytes'] / 1e6:.1f} MB of packed matmul "
+                 f"weights at {first['read_gb_s']:.1f} GB/s (read bandwidth of this run)")
+    batches = " | ".join(f"batch {p['batch']}" for p in profiles)
+    lines = [head, f"| part | {batches} |", "| :--- |" + " ---: |" * len(profiles)]
+    for part in first["parts"]:
+        cells = " | ".join(f"{p['parts'][part]:.2f}" for p in profiles)
+        lines.append(f"| {part} | {cells} |")
+    lines.append("| **step** | " + " | ".join(f"**{p['step_ms']:.2f}**" for p in profiles)
+                 + " |")
+    for p in profiles:
+        if p.get("top_other_ops"):
+            lines.append(f"other ops, batch {p['batch']}: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in p["top_other_ops"].items()))
+    return "\n".join(lines)

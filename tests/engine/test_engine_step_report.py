@@ -1,0 +1,74 @@
+"""The decode step report (bench/profile.py) on a tiny model: its parts add up to the step, its
+weight bytes are the engine's packed matmul weights, and the ops land in the named groups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from minisgl_core.bench.ceilings import model_cost
+from minisgl_core.bench.profile import GROUPS, OTHER, PYTHON, format_profile, profile_decode
+from minisgl_core.engine.engine import Engine
+
+PROMPTS = [[1, 5, 9, 13, 17], [2, 6, 10], [3, 7, 11, 15], [4, 8]]
+
+
+@pytest.fixture(scope="module")
+def engine(make_engine: Callable[..., Engine]) -> Engine:
+    return make_engine("llama", dtype="bfloat16", quantization="int4")
+
+
+@pytest.fixture(scope="module")
+def reports(engine: Engine) -> list[dict[str, Any]]:
+    # 20 GB/s: any bandwidth; the weight time is the packed bytes over it
+    return [profile_decode(engine, PROMPTS[:b], steps=3, top=4, read_gb_s=20.0) for b in (1, 4)]
+
+
+def test_parts_add_up_to_the_step(reports: list[dict[str, Any]]) -> None:
+    for r in reports:
+        assert r["step_ms"] > 0
+        assert sum(r["parts"].values()) == pytest.approx(r["step_ms"], rel=1e-6)
+        assert all(v >= 0 for v in r["parts"].values())
+        names = list(r["parts"])
+        assert names[:2] == ["weight bytes", "matmul beyond weight bytes"]
+        assert names[-1] == PYTHON
+        assert set(names[2:-1]) == (set(GROUPS) - {"matmul"}) | {OTHER}
+
+
+def test_weight_bytes_are_the_engines_packed_weights(engine: Engine,
+                                                      reports: list[dict[str, Any]]) -> None:
+    packed = sum(getattr(layer, n).nbytes() for layer in engine.model.layers
+                 for n in ("qkv", "o", "gate_up", "down")) + engine.model.lm_head.nbytes()
+    assert packed == model_cost(engine.model).weight_bytes
+    for r in reports:
+        assert r["weight_bytes"] == packed
+        matmul = r["parts"]["weight bytes"] + r["parts"]["matmul beyond weight bytes"]
+        # the weights' time at 20 GB/s, unless the whole matmul group took less
+        assert r["parts"]["weight bytes"] == pytest.approx(min(matmul, packed / 20e9 * 1e3))
+
+
+def test_the_decoder_ops_land_in_named_groups(reports: list[dict[str, Any]]) -> None:
+    for r in reports:
+        parts = r["parts"]
+        # every layer normalizes twice, runs four matmuls and attends, and a token is sampled
+        for group in ("norms", "attention", "rotary", "SiLU x up", "sampling"):
+            assert parts[group] > 0, group
+        assert parts["weight bytes"] + parts["matmul beyond weight bytes"] > 0
+        # the decoder's and sampler's ops are all named: what is left is a small remainder
+        assert parts[OTHER] < 0.2 * r["step_ms"], r.get("top_other_ops")
+
+
+def test_the_table_has_a_row_per_part_and_a_column_per_batch(
+        reports: list[dict[str, Any]]) -> None:
+    text = format_profile("bf16-int4", reports)
+    lines = text.splitlines()
+    assert lines[0].startswith("decode step, bf16-int4, ms per step; weight bytes: ")
+    assert "at 20.0 GB/s" in lines[0]
+    assert lines[1] == "| part | batch 1 | batch 4 |"
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[0][2:] for row in rows] == [*reports[0]["parts"], "**step**"]
+    step_cells = rows[-1].strip("| ").split(" | ")[1:]
+    assert [float(c.strip("*")) for c in step_cells] == pytest.approx(
+        [r["step_ms"] for r in reports], abs=0.006)
