@@ -56,14 +56,16 @@ class LLM:
     The model is found as the service finds it: the plugins' resolvers and model classes
     (installed ones, ``MINISGL_PLUGINS`` and ``plugins``) come first, then the core's, which
     takes a directory, a ``.gguf`` file or a Hub id (``revision``, ``gguf_file`` as in
-    ``minisgl launch``).
+    ``minisgl launch``). ``quantization`` "auto" (the default) serves a GGUF in its own weight
+    format and anything else unquantized; "none" opts out (engine/quantization_choice.py).
     """
 
     def __init__(self, model: str | None = None, dtype: str = "auto",
                  num_pages: int | None = None, page_size: int = 16,
                  max_seq_len_override: int | None = None, tp: int = 1,
                  plugins: Sequence[str | object] = (), revision: str | None = None,
-                 gguf_file: str | None = None, **options: Any) -> None:
+                 gguf_file: str | None = None, quantization: str | None = "auto",
+                 **options: Any) -> None:
         from minisgl_core.plugin.loading import build_manager, loaded_module_names
         from minisgl_core.plugin.model_lookup import resolve
 
@@ -73,7 +75,7 @@ class LLM:
         resolved = resolve(model, pm, revision=revision, gguf_file=gguf_file)
         config = EngineConfig(model=resolved.path, dtype=dtype, num_pages=num_pages,
                               page_size=page_size, max_seq_len_override=max_seq_len_override,
-                              **options)
+                              quantization=quantization, **options)
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self._group: LocalGroup | None = None

@@ -20,7 +20,7 @@ from minisgl_core import deprecated
 from minisgl_core.config import parallel, shorthands
 from minisgl_core.config import roles as config_roles
 from minisgl_core.did_you_mean import suggest
-from minisgl_core.kernels.schemes import KV_CACHE_DTYPES, QUANTIZATIONS
+from minisgl_core.kernels.schemes import KV_CACHE_DTYPES, QUANTIZATION_OPTIONS
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 CACHES = ("radix", "naive")
@@ -72,7 +72,9 @@ class LaunchConfig:
     dp_affinity_threshold: int = 4  # requests by which the prefix's replica may be busier
     dp_cpus: str = ""  # each replica's cores, "0-3;4-7"; "" splits this host's, "none": unpinned
     cache: str = "radix"
-    quantization: str | None = None  # int8, int8-wo or int4 (docs/design/kernels.md, 4. and 6.)
+    # auto: a GGUF in its own weight format (engine/quantization_choice.py), else unquantized;
+    # none, int8, int8-wo or int4 (docs/models.md, docs/design/kernels.md 4. and 6.)
+    quantization: str = "auto"
     speculative: str | None = None  # "ngram": prompt-lookup speculation (docs/speculative.md)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 2  # shortest suffix n-gram looked up (docs/speculative.md)
@@ -128,10 +130,11 @@ class LaunchConfig:
             return (f"need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
                     f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")
         for name, allowed in (("dtype", DTYPES), ("cache", CACHES), ("log_level", LOG_LEVELS),
-                              ("quantization", QUANTIZATIONS), ("speculative", SPECULATIVE),
+                              ("quantization", QUANTIZATION_OPTIONS),
+                              ("speculative", SPECULATIVE),
                               ("dp_policy", DP_POLICIES), ("load_format", LOAD_FORMATS),
                               ("kv_cache_dtype", KV_CACHE_DTYPES)):
-            if name in ("quantization", "speculative") and getattr(self, name) is None:
+            if name == "speculative" and getattr(self, name) is None:
                 continue
             if getattr(self, name) not in allowed:
                 return (f'{name} must be one of {", ".join(allowed)}, got "{getattr(self, name)}";'

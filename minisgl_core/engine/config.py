@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minisgl_core.kernels import QUANTIZATIONS
-from minisgl_core.kernels.schemes import KV_CACHE_DTYPES
+from minisgl_core.kernels.schemes import KV_CACHE_DTYPES, QUANTIZATION_OPTIONS
 
 # Fallback KV pool size when num_pages is not given: enough for the context of a few requests
 # without pushing a 135M-parameter fp32 model's process past ~1.5 GiB.
@@ -55,7 +54,9 @@ class EngineConfig:
     seed: int = 0  # for requests sampled without a seed of their own
     cache: str = "radix"  # "radix": reuse KV pages of cached prefixes; "naive": never reuse
     # "int8": int8 weights and per-token inputs (kernels/matmul/w8a8.py); "int8-wo", "int4":
-    # weights only, int8 per output channel or 4 bits in groups of 32 (matmul/weight_only.py)
+    # weights only, int8 per output channel or 4 bits in groups of 32 (matmul/weight_only.py);
+    # "auto": a GGUF's own weight format, "none" (or None): unquantized. The Engine resolves
+    # "auto" and "none" first (quantization_choice.py): past that, None or a scheme
     quantization: str | None = None
     speculative: str | None = None  # "ngram": prompt-lookup speculation (speculative.py)
     num_speculative_tokens: int = 4  # draft tokens per step (k)
@@ -88,9 +89,9 @@ class EngineConfig:
             raise ValueError("max_seq_len_override must be >= 2")
         if self.cache not in ("radix", "naive"):
             raise ValueError(f'cache must be "radix" or "naive", got {self.cache!r}')
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)} or None, got "
-                             f"{self.quantization!r}")
+        if self.quantization is not None and self.quantization not in QUANTIZATION_OPTIONS:
+            raise ValueError(f"quantization must be one of {', '.join(QUANTIZATION_OPTIONS)} or "
+                             f"None, got {self.quantization!r}")
         if self.speculative is not None and self.speculative != "ngram":
             raise ValueError(f'speculative must be "ngram" or None, got {self.speculative!r}')
         self.spec_options()  # checks them

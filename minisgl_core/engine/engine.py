@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minisgl_core.engine import prompt_logprobs
+from minisgl_core.engine import prompt_logprobs, quantization_choice
 from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.batching import Batcher
@@ -58,6 +58,9 @@ class Engine:
 
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
+        # quantization "auto": a GGUF's own weight format (quantization_choice.py); first, as
+        # the dtype is timed on the scheme's kernels
+        config, self.quantization_reason = quantization_choice.resolve_why(config)
         # dtype "auto": fp32 or bf16, measured (dtype_choice.py)
         config, self.dtype_reason = resolve_why(config)
         self.config = config
@@ -189,6 +192,7 @@ class Engine:
                 "vocab_size": str(self.vocab_size), "dtype": self.config.dtype,
                 "dtype_reason": self.dtype_reason,
                 "quantization": self.config.quantization or "none",
+                "quantization_reason": self.quantization_reason,
                 "kv_cache_dtype": self.kv_cache_dtype,
                 "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own",
                 "compile": "off" if self.compiled is None else "on"}

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from minisgl_core.engine import quantization_choice
 from minisgl_core.engine.config import EngineConfig, ModelConfig
 from minisgl_core.engine.engine import Engine
 from minisgl_core.engine.kv_cache import default_num_pages
@@ -54,7 +55,8 @@ def start_rank(config: EngineConfig, model_class: Any, rank: int, size: int, add
         if tp.leader:
             from minisgl_core.engine.dtype_choice import resolve
 
-            config = resolve(config)  # "auto" measured once, here: every rank runs this dtype
+            # "auto" chosen once, here: every rank runs this scheme and this dtype
+            config = resolve(quantization_choice.resolve_why(config)[0])
             max_seq = config.max_seq_len_override or cfg.max_position_embeddings
             kv_heads = shard(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, size, 0).num_kv
             pages = config.num_pages or default_num_pages(config, cfg, kv_heads, max_seq)

@@ -8,6 +8,9 @@ from __future__ import annotations
 # only, inputs in the engine's dtype (matmul/weight_only.py)
 QUANTIZATIONS = ("int8", "int8-wo", "int4")
 WEIGHT_ONLY = ("int8-wo", "int4")
+# what --quantization takes: "auto" (the default) serves a GGUF in the scheme of its own weight
+# type (engine/quantization_choice.py) and anything else unquantized; "none" never quantizes
+QUANTIZATION_OPTIONS = ("auto", "none", *QUANTIZATIONS)
 # "auto": KV pages in the model's dtype; "int8": int8 values with an fp16 scale per token and
 # head (kv_int8.py). vLLM's flag and names
 KV_CACHE_DTYPES = ("auto", "int8")

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 # the Ready keys shown as /v1/models meta and on the dashboard
-ENGINE_FACTS = ("dtype", "dtype_reason", "quantization", "kv_cache_dtype", "kernels", "compile")
+ENGINE_FACTS = ("dtype", "dtype_reason", "quantization", "quantization_reason", "kv_cache_dtype",
+                "kernels", "compile")
 NOT_SUMMED = {"kv_page_size": max, "scheduler_batch_peak": max}  # over replicas
 
 

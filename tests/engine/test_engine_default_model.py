@@ -18,9 +18,10 @@ CHATS = [
 
 @pytest.fixture(scope="module")
 def llm() -> LLM:
-    # fp32, to compare with transformers; one thread, which a busy host does not slow 6x as it
-    # does two OpenMP threads that wait for each other at every op
-    return LLM(num_threads=1, dtype="float32")
+    # fp32 and unquantized (not the Q4_1 file's int4 of the default), to compare with
+    # transformers; one thread, which a busy host does not slow 6x as it does two OpenMP
+    # threads that wait for each other at every op
+    return LLM(num_threads=1, dtype="float32", quantization="none")
 
 
 def test_chat_greedy_matches_transformers(llm) -> None:

@@ -145,7 +145,8 @@ def test_gemma3_270m_gives_transformers_greedy_tokens() -> None:
     from minisgl_core import LLM
 
     gguf = _gemma_gguf()
-    llm = LLM(str(gguf), dtype="float32", max_seq_len_override=512)  # converts it on first use
+    # unquantized, as transformers runs the dequantized weights; converts it on first use
+    llm = LLM(str(gguf), dtype="float32", quantization="none", max_seq_len_override=512)
     ref = transformers_reference(gguf, Path(llm.engine.config.model))
     assert llm.engine.model_name == "gemma-3-270m-q4_k_m"
     assert llm.tokenizer.encode(GEMMA_PROMPTS[0]) == ref["prompts"][0]  # BOS included

@@ -37,7 +37,9 @@ def resolve(spec: str, **kwargs: str) -> Path:
 def greedy(model: str | Path, n: int = 16) -> list[list[int]]:
     from minisgl_core import LLM, SamplingParams
 
-    llm = LLM(str(model), num_threads=1)
+    # unquantized: these tests compare the converted weights' tokens with the original's and
+    # transformers' (the GGUF's own format by default: test_store_gguf_quantization.py)
+    llm = LLM(str(model), num_threads=1, quantization="none")
     done = llm.generate(PROMPTS, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
     return [out.prompt_token_ids + out.token_ids for out in done]
 

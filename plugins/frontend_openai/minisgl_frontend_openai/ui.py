@@ -61,12 +61,13 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
         "cache": getattr(config, "cache", None),
     }
     quantization = getattr(config, "quantization", None)
-    if quantization:
+    if quantization and quantization != "auto":  # what auto chose: in the engine's facts
         info["quantization"] = quantization
     facts = getattr(client, "engine_facts", None) or {}  # what "auto" resolved to, and why
-    if "dtype" in facts:
-        info["dtype"] = facts["dtype"]
-        info["dtype_reason"] = facts.get("dtype_reason", "")
+    for key in ("dtype", "quantization"):
+        if key in facts:
+            info[key] = facts[key]
+            info[f"{key}_reason"] = facts.get(f"{key}_reason", "")
     # the matmul kernels chosen, what the KV pages hold, the decode step compiled
     for key in ("kernels", "kv_cache_dtype", "compile"):
         if key in facts:

@@ -100,7 +100,9 @@
     const rows = [
       ["model", info.model], ["max context", info.max_context + " tokens"],
       ["transport", info.transport], ["frontends", (info.frontends || []).join(", ")],
-      ["tensor parallel", info.tp], ["data parallel", info.dp], ["quantization", info.quantization],
+      ["tensor parallel", info.tp], ["data parallel", info.dp],
+      ["quantization", info.quantization_reason
+        ? info.quantization + " (" + info.quantization_reason + ")" : info.quantization],
       ["dtype", info.dtype_reason ? info.dtype + " (" + info.dtype_reason + ")" : info.dtype],
       ["kernels", info.kernels], ["KV cache dtype", info.kv_cache_dtype],
       ["compiled decode step", info.compile],
