@@ -40,6 +40,14 @@ int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint1
 int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
                          int a, int b, uint16_t *out, int threads);
 
+/* int4 against int8 inputs (each row quantized in groups of 32 inputs) on AVX512-VNNI's dot
+ * product (wo_int4_q8.c); x, y and residual (or NULL) fp32, or bf16 with x_bf16 / y_bf16; 0
+ * done, -1 not on this CPU */
+int wo_has_vnni(void);
+int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+               const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+               const void *residual, int threads);
+
 /* int4, int8 and bf16 weights on AMX's tile multiply, bf16 inputs (wo_amx.c); 0 done, -1 not
  * on this CPU */
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
