@@ -83,8 +83,9 @@ def launch(
     quantization: Annotated[str | None, typer.Option(
         help="auto (default): a GGUF in its own weight format (Q4_0/Q4_1/Q4_K as int4, Q5/Q6/Q8 "
              "as int8-wo, F16 unquantized), anything else unquantized; none: never quantize; "
-             "int8: int8 weights and per-token int8 inputs; int8-wo: int8 weights only; int4: "
-             "4-bit weights in groups of 32 (LM head, q/k/v kept unquantized).")] = None,
+             "int8: int8 weights and per-token int8 inputs (LM head, q/k/v kept unquantized); "
+             "int8-wo: int8 weights only; int4: 4-bit weights in groups of 32 (ggml's Q4_1).")
+    ] = None,
     reasoning_parser: Annotated[str | None, typer.Option(
         help="qwen3 or deepseek_r1: a chat answer's <think> block goes to reasoning_content."
     )] = None,
