@@ -131,3 +131,38 @@ def test_compare_writes_its_results_through_the_command_line(tiny_model: Path,
     assert (level["concurrency"], level["failures"], level["output_tokens"]) == (1, 0, 2 * 4)
     assert results["offline"] == []
     assert re.search(r"^\|\s*zmq\s*\|", (out / "results.md").read_text(), flags=re.M)
+
+
+def test_compare_serves_random_weights_at_the_shapes_of_a_config(
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from minisgl_core.store.dummy_models import config_spec
+    from minisgl_core.store.paths import cache_dir
+
+    # the random model goes into a cache of this test's own; the native kernels the service
+    # builds (half a minute) are shared with the usual cache
+    native = cache_dir() / "native"
+    native.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "native").symlink_to(native, target_is_directory=True)
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
+    config, out = tiny_model / "config.json", tmp_path / "results"
+    result = bench("compare", "--model-config", str(config), "--transport", "zmq",
+                   "--mode", "default", "--concurrency", "1", "--requests", "2",
+                   "--max-tokens", "4", "--out", str(out),
+                   "-s", "num_pages=64", "-s", "max_seq_len_override=256")
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text())
+    name = config_spec(str(config))[0]
+    model_dir = tmp_path / "cache" / "dummy" / name
+    assert (results["model_config"], results["model"], results["model_dir"]) == (
+        str(config), name, str(model_dir))
+    # the random weights at the config's shapes, beside the config, served
+    assert json.loads((model_dir / "config.json").read_text())["hidden_size"] == json.loads(
+        config.read_text())["hidden_size"]
+    assert (model_dir / "model.safetensors").read_bytes() != (
+        tiny_model / "model.safetensors").read_bytes()
+    (svc,) = results["service"]
+    assert (svc["transport"], svc["exit_code"]) == ("zmq default", 0)
+    (level,) = svc["levels"]
+    assert (level["concurrency"], level["failures"], level["output_tokens"]) == (1, 0, 2 * 4)
+    assert f"random weights at {config}'s shapes" in (out / "results.md").read_text()

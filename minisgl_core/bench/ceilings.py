@@ -12,8 +12,10 @@ lengths).
 
 from __future__ import annotations
 
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -153,3 +155,25 @@ def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
         else:
             fp32 += out * inp
     return ModelCost(size, fp32, int8)
+
+
+def host_rooflines(model_dir: str, quantization: str | None, levels: Sequence[int],
+                   schemes: Sequence[str | None] = ()) -> dict[str, Any]:
+    """The host's ceilings, measured now with every core, and the model's roofline per level
+    (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
+    compute rate is not measured)."""
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    host = measure()
+    print(f"bench compare: {host.line()}", file=sys.stderr, flush=True)  # progress
+
+    def roofline(scheme: str | None) -> dict[str, dict[str, Any]]:
+        cost = config_cost(model_dir, None if scheme == "fp32" else scheme)
+        roof = {str(c): cost.roofline(host, c) for c in levels}
+        return {"tok_s": {c: r[0] for c, r in roof.items()},
+                "bound": {c: r[1] for c, r in roof.items()}}
+    base = roofline(quantization)
+    others = {s: roofline(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
+    return {**host.as_dict(), "quantization": quantization or "fp32",
+            "roofline_tok_s": base["tok_s"], "bound": base["bound"], "rooflines": others}

@@ -8,19 +8,23 @@ import json
 import os
 import platform
 import shlex
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from minisgl_core.bench.ceilings import host_rooflines
 from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.compare_service import MODES, ServiceUnderTest, median_run, start_peer
 from minisgl_core.bench.offline import OfflineEngine
-from minisgl_core.bench.peers import PEERS, build_specs, check_names
+from minisgl_core.bench.peers import DUMMY_GGUF_TYPES, PEERS, build_specs, check_names
 from minisgl_core.bench.results import known_names
+from minisgl_core.store.dummy_models import config_names, config_spec, ensure_dummy_model
+from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.naming import model_name_of
+
+GGUF_TYPES = ("F16", *DUMMY_GGUF_TYPES)  # what --gguf serves
 
 
 def check_modes(names: Sequence[str]) -> list[str]:
@@ -57,37 +61,14 @@ def _quantization(launch_args: Sequence[str]) -> str | None:
     return None
 
 
-def _ceilings(model_dir: str, quantization: str | None, levels: Sequence[int],
-              schemes: Sequence[str | None] = ()) -> dict[str, Any]:
-    """The host's ceilings, measured now with every core, and the model's roofline per level
-    (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
-    compute rate is not measured)."""
-    import torch
-
-    from minisgl_core.bench import ceilings
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    host = ceilings.measure()
-    print(f"bench compare: {host.line()}", file=sys.stderr, flush=True)
-
-    def roofline(scheme: str | None) -> dict[str, dict[str, Any]]:
-        cost = ceilings.config_cost(model_dir, None if scheme == "fp32" else scheme)
-        roof = {str(c): cost.roofline(host, c) for c in levels}
-        return {"tok_s": {c: r[0] for c, r in roof.items()},
-                "bound": {c: r[1] for c, r in roof.items()}}
-    base = roofline(quantization)
-    others = {s: roofline(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
-    return {**host.as_dict(), "quantization": quantization or "fp32",
-            "roofline_tok_s": base["tok_s"], "bound": base["bound"], "rooflines": others}
-
-
 def main(transports: list[str] | None, concurrency: list[int], requests: int | None,
          max_tokens: int, model: str | None, out_dir: Path, prompt_len: int | None = None,
          duration_limit_s: float = 300.0, offline: bool = True, launch_args: Sequence[str] = (),
          command: str = "minisgl bench compare", progress: bool = True,
          repeat: int = 1, scheduler: str | None = None,
          peers: Sequence[str] = (), peer_commands: Sequence[str] = (),
-         modes: Sequence[str] = ()) -> dict[str, Any]:
+         modes: Sequence[str] = (), model_config: str | None = None,
+         ggufs: Sequence[str] = ()) -> dict[str, Any]:
     """Run everything, write results.json, results.md and plot.png into ``out_dir``.
 
     ``modes`` (names of MODES): one service per transport and mode, instead of one per
@@ -95,6 +76,11 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
 
     ``peers`` (vllm, llamacpp) and ``peer_commands`` (LABEL=COMMAND) are other engines: they
     start after the services and run each level right after them, same requests, same client.
+
+    ``model_config`` (a shipped config's name, or a path to a config.json) serves random
+    weights at its shapes instead of ``model``: minisgl and vLLM the safetensors, llama.cpp
+    its GGUFs; ``ggufs`` (F16, Q4_0, Q8_0) add a minisgl service per transport on each of
+    those files, as `minisgl launch --model FILE.gguf` serves it.
 
     ``scheduler`` picks the services' scheduler role; with one other than ``continuous`` (the
     model) there is no offline engine to compare with, and ``synthetic`` leaves the transports
@@ -105,6 +91,13 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
 
     if repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {repeat}")
+    if model and model_config:
+        raise ValueError(f"--model {model} and --model-config {model_config} both name the "
+                         "model: give one (--model-config serves random weights at a "
+                         "config's shapes)")
+    if ggufs and not model_config:
+        raise ValueError("--gguf serves the GGUFs of --model-config's random model: name one "
+                         "(for any other GGUF: --model FILE.gguf)")
     concurrency = list(dict.fromkeys(concurrency))  # one level per value, in the order given
     modes = check_modes(modes)
     if modes:
@@ -120,15 +113,20 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     names = multiprocess_transports(transports)
     if not names:
         raise ValueError("no multi-process transport is installed")
-    model_dir = resolve_model(build_manager(), model)
+    if model_config:
+        model_dir = str(ensure_dummy_model(model_config))
+    else:
+        model_dir = resolve_model(build_manager(), model)
     # not installed: fail here, before anything starts
-    peer_specs = build_specs(peers, peer_commands, model_dir, max(concurrency))
+    peer_specs = build_specs(peers, peer_commands, model_dir, max(concurrency), model_config)
+    gguf_files = _model_ggufs(model_config, ggufs) if model_config and ggufs else {}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "logs").mkdir(exist_ok=True)
     prompt = (f"prompt padded to ~{prompt_len} words" if prompt_len
               else "prompt: a one-line question")
     results: dict[str, Any] = {
         "command": command, "model": model_name_of(Path(model_dir)), "model_dir": model_dir,
+        "model_config": model_config, "ggufs": {k: str(v) for k, v in gguf_files.items()},
         "max_tokens": max_tokens, "concurrency": list(concurrency), "requests": requests,
         "prompt_len": prompt_len, "prompt": prompt,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -147,12 +145,15 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             for mode in modes or [None]:
                 running.append(ServiceUnderTest.start(model_dir, name, out_dir / "logs",
                                                       launch_args, mode))
+            for kind, gguf in gguf_files.items():
+                running.append(ServiceUnderTest.start(str(gguf), name, out_dir / "logs",
+                                                      launch_args, label=f"{name} gguf {kind}"))
         for spec in peer_specs:
             others.append(start_peer(spec, out_dir / "logs"))
         quantization = _quantization(launch_args)
         ceiling = OfflineEngine(model_dir, prompt_len, quantization) if offline else None
         schemes = [svc.scheme for svc in running] + [spec.scheme for spec in peer_specs]
-        results["ceilings"] = _ceilings(model_dir, quantization, concurrency, schemes)
+        results["ceilings"] = host_rooflines(model_dir, quantization, concurrency, schemes)
         for c in concurrency:
             offline_runs = []
             for _ in range(repeat):
@@ -173,9 +174,34 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     return results
 
 
+def _model_ggufs(model_config: str, kinds: Sequence[str]) -> dict[str, Path]:
+    """The GGUF file of each of ``kinds`` of ``model_config``'s random model, by kind."""
+    from minisgl_core.bench.peers import dummy_ggufs
+
+    kinds = known_names("GGUF type", [k.upper() for k in kinds], GGUF_TYPES)
+    return dict(zip(kinds, dummy_ggufs(model_config, kinds), strict=True))
+
+
 def _check_modes(names: list[str] | None) -> list[str] | None:
     try:
         return check_modes(names) if names else names
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _check_model_config(spec: str | None) -> str | None:
+    try:
+        if spec:
+            config_spec(spec)  # an unknown name: did you mean; a path: readable JSON
+    except ModelNotFoundError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return spec
+
+
+def _check_ggufs(kinds: list[str] | None) -> list[str] | None:
+    try:
+        return known_names("GGUF type", [k.upper() for k in kinds], GGUF_TYPES) if kinds \
+            else kinds
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -196,6 +222,18 @@ def compare_command(
         help="Requests per level (default: 2 x concurrency, at least 8).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
     model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
+    model_config: Annotated[str | None, typer.Option(
+        metavar="NAME", callback=_check_model_config,
+        help=f"Instead of --model: random weights at the shapes of a public config "
+             f"({', '.join(config_names())}) or of a config.json path, written once into the "
+             f"cache; every engine serves the same weights (llama.cpp as GGUFs "
+             f"{' and '.join(DUMMY_GGUF_TYPES)}).")] = None,
+    gguf: Annotated[list[str] | None, typer.Option(
+        metavar="TYPE", callback=_check_ggufs,
+        help=f"With --model-config: also serve its GGUF of TYPE (repeat: "
+             f"{', '.join(GGUF_TYPES)}; all but F16 written by llama.cpp's llama-quantize) "
+             f"with minisgl, one service per transport, as `minisgl launch --model FILE.gguf` "
+             f"serves it.")] = None,
     out: Annotated[Path, typer.Option(help="Results folder.")] = Path("results/compare"),
     prompt_len: Annotated[int | None, typer.Option(
         help="Pad the prompt to about this many words (default: a short question).")] = None,
@@ -226,7 +264,8 @@ def compare_command(
     argv = [f"--transport={t}" for t in transport or []]
     argv += [f"--concurrency={c}" for c in concurrency or []]
     for flag, value, default in (("requests", requests, None), ("max-tokens", max_tokens, 64),
-                                 ("model", model, None), ("prompt-len", prompt_len, None),
+                                 ("model", model, None), ("model-config", model_config, None),
+                                 ("prompt-len", prompt_len, None),
                                  ("repeat", repeat, 1),
                                  ("out", out, Path("results/compare"))):
         if value != default:
@@ -234,6 +273,7 @@ def compare_command(
     argv += [] if offline else ["--no-offline"]
     argv += [f"--scheduler={scheduler}"] if scheduler else []
     argv += [f"--mode={m}" for m in mode or []]
+    argv += [f"--gguf={g}" for g in gguf or []]
     argv += [f"--peer={p}" for p in peer or []]
     argv += [f"--peer-command={p}" for p in peer_command or []]
     launch_args = [arg for kv in set_ or [] for arg in ("-s", kv)]
@@ -243,8 +283,8 @@ def compare_command(
              prompt_len, duration_limit, offline, launch_args,
              command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat,
              scheduler=scheduler, peers=peer or (), peer_commands=peer_command or (),
-             modes=mode or ())
-    except (ValueError, LookupError, RuntimeError) as exc:
+             modes=mode or (), model_config=model_config, ggufs=gguf or ())
+    except (ValueError, LookupError, RuntimeError, ModelNotFoundError) as exc:
         typer.echo(f"minisgl: error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"wrote {out}/results.json, results.md, plot.png")

@@ -52,7 +52,7 @@ def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     return "\n".join([
         f"Command: `{results['command']}`", "",
-        f"Model {results['model']} ({results.get('scheduler', 'continuous')} scheduler), "
+        f"Model {_model(results)} ({results.get('scheduler', 'continuous')} scheduler), "
         f"{results['max_tokens']} output tokens per request (EOS "
         f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
         f"({m['processor'] or m['machine']}), {results['date']}. Each level ran "
@@ -62,6 +62,13 @@ def markdown(results: dict[str, Any]) -> str:
         "CPU microseconds per output token, by process, over all levels (warm-ups included):",
         "", cpu, "",
     ])
+
+
+def _model(results: dict[str, Any]) -> str:
+    """The model's name, and for ``--model-config`` the config whose shapes it has."""
+    config = results.get("model_config")
+    return f"{results['model']} (random weights at {config}'s shapes)" if config \
+        else results["model"]
 
 
 def _ceiling_line(host: dict[str, Any]) -> str:
@@ -110,7 +117,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ttft.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ttft.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     scheduler = results.get("scheduler", "continuous")
-    what = results["model"] if scheduler == "continuous" else f"{scheduler} scheduler"
+    what = _model(results) if scheduler == "continuous" else f"{scheduler} scheduler"
     fig.suptitle(f"minisgl serving: {what}, {results['max_tokens']} tokens/request")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

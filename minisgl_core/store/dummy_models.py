@@ -6,11 +6,13 @@ config.json (shipped in ``model_configs/``), a tokenizer, and the random weights
 ``ensure_dummy_gguf`` adds the same weights as an F16 GGUF for llama.cpp (``dummy_gguf``). The
 tokenizer is the default model's (SmolLM2's, 49,152 tokens): the config's vocabulary size is kept,
 so the embedding has the public shape; its rows past the tokenizer's are zero, so greedy decoding
-emits only ids the tokenizer has (``random_weights``).
+emits only ids the tokenizer has (``random_weights``). A path to any config.json works too
+(``config_spec``): its model is cached under the folder's name and the config's hash.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -30,6 +32,7 @@ TOKENIZER_FILES = ("tokenizer.json", "special_tokens_map.json", "chat_template.j
                    "vocab.json", "merges.txt")
 # what a cached directory was written by: one written by another version or seed is rewritten
 STAMP, STAMP_VERSION = "minisgl-dummy.json", 1
+GGUF_FOLDER = "gguf"  # the GGUFs of the same weights: F16, and what llama-quantize makes of it
 _SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 
@@ -50,20 +53,49 @@ def model_config(name: str) -> dict[str, Any]:
     return dict(json.loads(text))
 
 
+def is_config_path(spec: str) -> bool:
+    """Whether ``spec`` names a config file or a folder holding one, not a shipped config."""
+    return spec.endswith(".json") or "/" in spec or os.sep in spec
+
+
+def config_spec(spec: str) -> tuple[str, dict[str, Any], Path | None]:
+    """(cache name, config, tokenizer folder or None) of a shipped config's name or a path to a
+    config.json (or a folder holding one). A path's model is named after its folder and the
+    config's hash, and takes the tokenizer beside the config when there is one."""
+    if not is_config_path(spec):
+        return spec, model_config(spec), None
+    path = Path(spec).expanduser()
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        text = file.read_text()
+        config = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ModelNotFoundError(f"cannot read model config {file}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelNotFoundError(f"{file} is not a model config (a JSON object)")
+    stem = file.parent.name if file.name == "config.json" else file.stem
+    name = f"{stem or 'config'}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    tokenizer = file.parent if (file.parent / "tokenizer.json").is_file() else None
+    return name, config, tokenizer
+
+
 def dummy_dir(name: str) -> Path:
-    """Where ``name``'s random model is cached: ``<cache>/dummy/<name>``."""
+    """Where ``name``'s random model is cached: ``<cache>/dummy/<name>`` (``name``: a shipped
+    config's, or the cache name ``config_spec`` gives a path)."""
     return cache_dir() / "dummy" / name
 
 
-def ensure_dummy_model(name: str, *, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:
-    """``name``'s model directory of random weights, written on first use (atomically: a
-    directory that exists is complete). ``tokenizer_dir``: whose tokenizer files to take
-    (default: the default model's)."""
+def ensure_dummy_model(spec: str, *, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:
+    """The model directory of random weights of ``spec`` (a shipped config's name or a path to
+    a config.json), written on first use (atomically: a directory that exists is complete).
+    ``tokenizer_dir``: whose tokenizer files to take (default: the one beside a config path,
+    else the default model's)."""
+    name, config, beside = config_spec(spec)
     out = dummy_dir(name)
     stamp = {"version": STAMP_VERSION, "seed": seed}
     if _stamp(out) == stamp:
         return out
-    config = model_config(name)
+    tokenizer_dir = tokenizer_dir or beside
     if tokenizer_dir is None:
         from minisgl_core.store.default_model import ensure_default_model
 
@@ -90,14 +122,21 @@ def _stamp(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def ensure_dummy_gguf(name: str, *, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:
-    """The F16 GGUF of ``name``'s random model (beside its safetensors), written on first use;
-    ``llama-quantize`` makes Q4_0 / Q8_0 files of it."""
+def ensure_dummy_gguf(spec: str, *, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:
+    """The F16 GGUF of ``spec``'s random model (in GGUF_FOLDER of its directory), written on
+    first use; ``llama-quantize`` makes Q4_0 / Q8_0 files of it beside it
+    (``bench.peers.gguf_quantized``)."""
     from minisgl_core.store.dummy_gguf import write_dummy_gguf
 
-    model = ensure_dummy_model(name, tokenizer_dir=tokenizer_dir, seed=seed)
-    out = model / f"{name}-F16.gguf"
+    model = ensure_dummy_model(spec, tokenizer_dir=tokenizer_dir, seed=seed)
+    # a folder of its own: beside tokenizer files, transformers reads those, not the GGUF's
+    # (and loses its chat template), when minisgl converts the GGUF to serve it
+    out = model / GGUF_FOLDER / f"{model.name}-F16.gguf"
     if not out.is_file():
+        out.parent.mkdir(exist_ok=True)
+        if (model / out.name).is_file():  # written beside the safetensors by older versions
+            (model / out.name).rename(out)
+            return out
         partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
         try:
             write_dummy_gguf(model, partial, seed=seed)
@@ -178,5 +217,5 @@ def _copy_tokenizer(src: Path, out: Path) -> dict[str, int]:
             if isinstance(config.get(key), str) and config[key] in ids}
 
 
-__all__ = ["config_names", "dummy_dir", "ensure_dummy_gguf", "ensure_dummy_model",
-           "model_config", "write_dummy_model", "write_safetensors"]
+__all__ = ["config_names", "config_spec", "dummy_dir", "ensure_dummy_gguf", "ensure_dummy_model",
+           "is_config_path", "model_config", "write_dummy_model", "write_safetensors"]

@@ -135,6 +135,6 @@ def test_models_dummy_prints_the_cached_directory_and_its_gguf(
         {"version": dummy_models.STAMP_VERSION, "seed": 0}))
     assert run("Qwen3-0.6B") == (0, f"{cached}\n")
     code, output = run("Qwen3-0.6B", "--gguf")
-    gguf = cached / "Qwen3-0.6B-F16.gguf"
+    gguf = cached / "gguf" / "Qwen3-0.6B-F16.gguf"
     assert (code, output) == (0, f"{gguf}\n") and gguf.stat().st_size > 0
     assert sorted(p.name for p in cached.iterdir() if p.name.startswith(".")) == []
