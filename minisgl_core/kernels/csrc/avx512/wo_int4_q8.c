@@ -10,16 +10,18 @@
  * A block is four groups: the weight's 64 bytes as they lie (byte j of group k holds element j
  * in its low nibble and element j + 16 in its high one), and the inputs laid out to match:
  * elements 0-15 of each group (64 bytes), then elements 16-31 (64 bytes), then each group's d in
- * its four dword lanes, then d sum(qx) in the group's first lane (zeros in the other three).
+ * its four dword lanes; the first block of every four also holds d sum(qx) of their sixteen
+ * groups, which meet the sixteen mins in one FMA.
  * x and y are fp32 or bf16; a residual (y's dtype, or NULL) is added before y is rounded.
  */
 #include "../minisgl_kernels.h"
 #include "../portable/wo_matmul.h"
 #include <stdlib.h>
+#include <string.h>
 
 #include "../cpu_features.h"
 
-#define PREP_BYTES 256  /* a block of one row: 128 int8 inputs, 16 floats d, 16 floats d sum */
+#define PREP_BYTES 256  /* a block of one row: 128 int8 inputs, 16 floats d, [16 floats d sum] */
 
 #ifdef HAVE_X86
 #include <immintrin.h>
@@ -60,40 +62,53 @@ TQ static void prep_row(const void *x, int bf16, int in, int blocks, uint8_t *ou
             _mm_storeu_si128((__m128i *)(q + 64 + 16 * k), _mm512_cvtsepi32_epi8(qb));
             int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
             for (int l = 0; l < 4; l++) d[4 * k + l] = dk;
-            ds[4 * k] = dk * (float)sum;
-            ds[4 * k + 1] = ds[4 * k + 2] = ds[4 * k + 3] = 0.0f;
+            /* d sum(qx) of the 16 groups of blocks blk & ~3 .. (blk & ~3) + 3, in group order,
+             * in the first of those blocks (zeros past the row's groups) */
+            float *quad = (float *)(out + (size_t)(blk & ~3) * PREP_BYTES + 128 + 64);
+            quad[4 * (blk & 3) + k] = dk * (float)sum;
         }
     }
 }
 
-/* nt (1..TILE) prepared rows against one weight row: their sums, in acc[t] */
+/* nt (1..TILE) prepared rows against one weight row: their sums, in acc[t]. Per block of four
+ * groups and row: two dot products, a conversion, the scales' product and one FMA; the mins'
+ * term once per four blocks (sixteen groups, a lane each). */
 INLQ void q8_tile(const uint8_t *xp, int blocks, int groups, const uint8_t *w,
                   const uint16_t *sc, const uint16_t *mn, float *acc, const int nt) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     __m512 dot[TILE], mins[TILE];
     for (int t = 0; t < nt; t++) dot[t] = mins[t] = _mm512_setzero_ps();
-    for (int blk = 0; blk < blocks; blk++) {
-        /* the last block may hold 1-3 groups: the rest loads as zeros (scale and min 0) */
-        int left = groups - 4 * blk;
-        __mmask64 qm = left >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * left)) - 1);
-        __mmask8 gm = left >= 4 ? 0x0f : (__mmask8)((1u << left) - 1);
-        _mm_prefetch((const char *)(w + blk * 64 + PREFETCH_BYTES), _MM_HINT_T0);
-        __m512i raw = _mm512_maskz_loadu_epi8(qm, w + blk * 64);
-        __m512i lo = _mm512_and_si512(raw, low4);
-        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-        __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
-            _mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, sc + 4 * blk))));
-        __m512 m = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
-            _mm_cvtph_ps(_mm_maskz_loadu_epi16(gm, mn + 4 * blk))));
+    for (int b0 = 0; b0 < blocks; b0 += 4) {
+        int g0 = 4 * b0, left16 = groups - g0;  /* groups from g0 on */
+        __mmask16 gm = left16 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left16) - 1);
+        __m512 s16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(gm, sc + g0));
+        __m512 m16 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(gm, mn + g0));
         for (int t = 0; t < nt; t++) {
-            const uint8_t *p = xp + ((size_t)t * blocks + blk) * PREP_BYTES;
-            __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
-                                               _mm512_load_si512((const void *)p));
-            sums = _mm512_dpbusd_epi32(sums, hi, _mm512_load_si512((const void *)(p + 64)));
-            __m512 sd = _mm512_mul_ps(s, _mm512_load_ps((const float *)(p + 128)));
-            dot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), sd, dot[t]);
-            mins[t] = _mm512_fmadd_ps(m, _mm512_load_ps((const float *)(p + 192)), mins[t]);
+            const float *quad = (const float *)(xp + ((size_t)t * blocks + b0) * PREP_BYTES + 192);
+            mins[t] = _mm512_fmadd_ps(m16, _mm512_load_ps(quad), mins[t]);
+        }
+        int end = b0 + 4 < blocks ? b0 + 4 : blocks;
+        for (int blk = b0; blk < end; blk++) {
+            /* the last block may hold 1-3 groups: the rest loads as zeros (scale 0) */
+            int left = groups - 4 * blk;
+            __mmask64 qm = left >= 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * left)) - 1);
+            _mm_prefetch((const char *)(w + blk * 64 + PREFETCH_BYTES), _MM_HINT_T0);
+            __m512i raw = _mm512_maskz_loadu_epi8(qm, w + blk * 64);
+            __m512i lo = _mm512_and_si512(raw, low4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+            /* lanes 4k..4k+3 get group k's scale */
+            const int j = 4 * (blk - b0);
+            __m512 s = _mm512_permutexvar_ps(_mm512_setr_epi32(
+                j, j, j, j, j + 1, j + 1, j + 1, j + 1, j + 2, j + 2, j + 2, j + 2,
+                j + 3, j + 3, j + 3, j + 3), s16);
+            for (int t = 0; t < nt; t++) {
+                const uint8_t *p = xp + ((size_t)t * blocks + blk) * PREP_BYTES;
+                __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo,
+                                                   _mm512_load_si512((const void *)p));
+                sums = _mm512_dpbusd_epi32(sums, hi, _mm512_load_si512((const void *)(p + 64)));
+                __m512 sd = _mm512_mul_ps(s, _mm512_load_ps((const float *)(p + 128)));
+                dot[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), sd, dot[t]);
+            }
         }
     }
     for (int t = 0; t < nt; t++) acc[t] = _mm512_reduce_add_ps(_mm512_add_ps(dot[t], mins[t]));
@@ -149,6 +164,10 @@ int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
     int groups = (in + GROUP - 1) / GROUP, blocks = (groups + 3) / 4;
     uint8_t *xp = aligned_alloc(64, (size_t)T * blocks * PREP_BYTES);
     if (xp == NULL) return -1;
+    for (int t = 0; t < T; t++) {  /* the quads' sums of groups past the row stay zero */
+        uint8_t *row = xp + (size_t)t * blocks * PREP_BYTES;
+        for (int b0 = 0; b0 < blocks; b0 += 4) memset(row + (size_t)b0 * PREP_BYTES + 192, 0, 64);
+    }
     for (int t = 0; t < T; t++)
         prep_row((const char *)x + (size_t)t * in * (x_bf16 ? 2 : 4), x_bf16, in, blocks,
                  xp + (size_t)t * blocks * PREP_BYTES);
