@@ -52,11 +52,13 @@ def start_rank(config: EngineConfig, model_class: Any, rank: int, size: int, add
     tp = init_tensor_parallel(addr, port, rank, size, torch.device(config.device), timeout_s)
     try:
         settings: dict[str, Any] | None = None
+        quantization_reason: str | None = None
         if tp.leader:
             from minisgl_core.engine.dtype_choice import resolve
 
             # "auto" chosen once, here: every rank runs this scheme and this dtype
-            config = resolve(quantization_choice.resolve_why(config)[0])
+            config, quantization_reason = quantization_choice.resolve_why(config)
+            config = resolve(config)
             max_seq = config.max_seq_len_override or cfg.max_position_embeddings
             kv_heads = shard(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, size, 0).num_kv
             pages = config.num_pages or default_num_pages(config, cfg, kv_heads, max_seq)
@@ -70,6 +72,8 @@ def start_rank(config: EngineConfig, model_class: Any, rank: int, size: int, add
                                  f"{_facts(cfg)} != {settings['model']}")
             config = dataclasses.replace(config, **settings["engine"])
         engine = Engine(config, model_class, tp)
+        if quantization_reason is not None:  # the engine saw the scheme chosen here, not why
+            engine.quantization_reason = quantization_reason
         ok = tp.all_reduce(torch.ones(1, device=tp.device))  # every rank built its shard
         if int(ok.item()) != size:
             raise RuntimeError(f"only {int(ok.item())} of {size} ranks started")

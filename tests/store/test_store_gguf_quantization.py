@@ -156,3 +156,14 @@ def test_models_meta_names_the_scheme_auto_chose_and_why_on_an_avx2_host(
         "model": card["id"], "prompt": "hello", "max_tokens": 4, "temperature": 0,
         "ignore_eos": True})
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
+
+
+def test_tensor_parallel_ranks_serve_the_scheme_rank_0_chose(q4_1: Path) -> None:
+    from minisgl_core import LLM, SamplingParams
+
+    with LLM(str(q4_1), tp=2, num_threads=1, num_pages=32) as two:
+        facts = two.engine.info()
+        assert facts["quantization"] == "int4"
+        assert facts["quantization_reason"].startswith("auto: int4 (the GGUF's weight matrices")
+        out = two.generate("hello", SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+        assert len(out[0].token_ids) == 4
