@@ -1,4 +1,4 @@
-"""An engine whose int4 layers run on int8 inputs (csrc/avx512/wo_int4_q8.c, AVX512-VNNI):
+"""An engine whose int4 layers run on int8 inputs (csrc/avx512/wo_int4_q8.c, AVX2 or AVX512-VNNI):
 it generates, and a layer through the C++ operator gives the rounded inputs' product."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_rows
 from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.wire.schema import SamplingParams
 
-needs_vnni = pytest.mark.skipif(not WeightOnlyQ8().available(torch.device("cpu"), torch.float32),
-                                reason="no AVX512-VNNI here (or no native library)")
+needs_q8 = pytest.mark.skipif(not WeightOnlyQ8().available(torch.device("cpu"), torch.float32),
+                              reason="no AVX2 here (or no native library)")
 
 
-@needs_vnni
+@needs_q8
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_an_engine_generates_on_int8_inputs(tiny_models, monkeypatch, dtype: str) -> None:
     model = resolve(str(tiny_models["llama"]))

@@ -1,6 +1,6 @@
-"""int4 weights against int8 inputs on AVX512-VNNI (csrc/avx512/wo_int4_q8.c): against the float64
-product of the dequantized weight and the rounded inputs, the rounding's size against the
-inputs themselves, its fused residual, the Kernel around it and the kernel choice."""
+"""int4 weights against int8 inputs (csrc/avx512/wo_int4_q8.c, AVX2 or AVX512-VNNI): against the
+float64 product of the dequantized weight and the rounded inputs, the rounding's size against
+the inputs themselves, its fused residual, the Kernel around it and the kernel choice."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_matmul, q8_rows
 
 CPU = torch.device("cpu")
 HERE = WeightOnlyQ8().available(CPU, torch.float32)
-needs_vnni = pytest.mark.skipif(not HERE, reason="no AVX512-VNNI here (or no native library)")
+needs_q8 = pytest.mark.skipif(not HERE, reason="no AVX2 here (or no native library)")
 # (out, in): the default model's q/k/v, gate/up and down, and odd widths: a partial int4 group,
 # a block of fewer than four groups, a single group and less
 SHAPES = [(960, 576), (3072, 576), (576, 1536), (37, 100), (49, 31), (5, 33), (23, 300),
@@ -21,7 +21,7 @@ SHAPES = [(960, 576), (3072, 576), (576, 1536), (37, 100), (49, 31), (5, 33), (2
 ROWS = (1, 2, 3, 8, 17, 33, 64, 65)  # within a 4-row tile, past it, several and their rest
 
 
-@needs_vnni
+@needs_q8
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(7)
@@ -54,7 +54,7 @@ def test_q8_rounds_each_group_of_inputs_to_127_steps() -> None:
     assert torch.equal(q8_rows(torch.zeros(2, 40)), torch.zeros(2, 40))  # no step: all zeros
 
 
-@needs_vnni
+@needs_q8
 def test_q8_kernel_adds_bias_and_residual() -> None:
     gen = torch.Generator().manual_seed(8)
     kernel = WeightOnlyQ8()
@@ -68,7 +68,7 @@ def test_q8_kernel_adds_bias_and_residual() -> None:
         assert float((y.float() - ref).abs().max() / ref.abs().max()) < 1e-2  # bf16 output
 
 
-def test_q8_is_offered_only_where_the_cpu_has_vnni() -> None:
+def test_q8_is_offered_only_where_the_cpu_runs_it() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         assert WeightOnlyQ8().available(CPU, dtype) == HERE
         assert ("int4-q8" in {k.name for k in candidates("gate_up", CPU, dtype, "int4")}) == HERE

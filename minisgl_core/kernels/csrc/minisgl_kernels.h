@@ -41,9 +41,8 @@ int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t
                          int a, int b, uint16_t *out, int threads);
 
 /* int4 against int8 inputs (each row quantized in groups of 32 inputs) on AVX512-VNNI's dot
- * product (wo_int4_q8.c); x, y and residual (or NULL) fp32, or bf16 with x_bf16 / y_bf16; 0
- * done, -1 not on this CPU */
-int wo_has_vnni(void);
+ * product, else AVX2's (wo_int4_q8.c); x, y and residual (or NULL) fp32, or bf16 with x_bf16 /
+ * y_bf16; 0 done, -1 not on this CPU */
 int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                const void *residual, int threads);

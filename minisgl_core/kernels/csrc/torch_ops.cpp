@@ -190,9 +190,9 @@ at::Tensor gemm(const Entry &e, const at::Tensor &x_in, const std::optional<at::
     return fused ? y : add_into(y, e.bias, residual);
 }
 
-// fp32 or bf16 rows quantized to int8 against int4 weights on AVX512-VNNI (wo_int4_q8.c), as
+// fp32 or bf16 rows quantized to int8 against int4 weights on AVX512-VNNI or AVX2 (wo_int4_q8.c), as
 // wo_q8.py's WeightOnlyQ8: y in x's dtype, a residual without a bias summed in the kernel. The
-// kernel choice offers it only where the CPU has AVX512-VNNI.
+// kernel choice offers it only where the CPU has one of them.
 at::Tensor int8_inputs(const Entry &e, const at::Tensor &x_in,
                        const std::optional<at::Tensor> &residual) {
     bool bf16 = x_in.scalar_type() == at::kBFloat16;
@@ -206,7 +206,7 @@ at::Tensor int8_inputs(const Entry &e, const at::Tensor &x_in,
                           reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()),
                           e.out_features, y.data_ptr(), bf16, fused ? fused->data_ptr() : nullptr,
                           at::get_num_threads());
-    TORCH_CHECK(done == 0, "minisgl: the int8-input kernel could not run (no AVX512-VNNI, or no memory)");
+    TORCH_CHECK(done == 0, "minisgl: the int8-input kernel could not run (no AVX2, or no memory)");
     if (x_in.scalar_type() != x.scalar_type()) y = y.to(x_in.scalar_type());
     return fused ? y : add_into(y, e.bias, residual);
 }

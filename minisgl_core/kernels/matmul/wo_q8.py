@@ -1,5 +1,6 @@
 """int4 weights against int8 inputs (ggml's Q4_1 x Q8_1) on AVX512-VNNI's dot product
-(csrc/avx512/wo_int4_q8.c), for the few rows of a decode step.
+(csrc/avx512/wo_int4_q8.c) or AVX2's (csrc/avx2/wo_int4_q8_avx2.c), for the few rows of a
+decode step.
 
 Each input row is quantized at the call in groups of 32 (``d = max|x| / 127``, ``qx =
 round(x / d)``), and each group's product with the weight's is summed as integers, 64 byte
@@ -44,7 +45,7 @@ def q8_matmul(x: torch.Tensor, w: Int4Weight, residual: torch.Tensor | None = No
     bf16: summed in fp32, rounded once); x fp32 or bf16. None where the library or the CPU
     cannot."""
     lib = native.library()
-    if lib is None or x.dtype not in (torch.float32, torch.bfloat16) or not lib.wo_has_vnni():
+    if lib is None or x.dtype not in (torch.float32, torch.bfloat16):
         return None
     x = x.contiguous()
     rows, inp = x.shape
@@ -62,7 +63,7 @@ def q8_matmul(x: torch.Tensor, w: Int4Weight, residual: torch.Tensor | None = No
 
 
 class WeightOnlyQ8(WeightOnlyKernel):
-    """int4 weights, inputs quantized to int8 per group of 32 at the call (CPU with
+    """int4 weights, inputs quantized to int8 per group of 32 at the call (CPU with AVX2 or
     AVX512-VNNI, fp32 or bf16 inputs)."""
 
     def __init__(self, scheme: str = "int4") -> None:

@@ -1,4 +1,5 @@
-/* int4 weights against int8 inputs on AVX512-VNNI's dot product (ggml's Q4_1 x Q8_1).
+/* int4 weights against int8 inputs on AVX512-VNNI's dot product (ggml's Q4_1 x Q8_1); on AVX2
+ * without it, avx2/wo_int4_q8_avx2.c.
  *
  * Each row of x is quantized once per call, in groups of 32 inputs: d = max|x| / 127 and
  * qx = round(x / d) (int8), so x ~= qx * d. A group's product with a weight group
@@ -30,7 +31,7 @@
 #define INLQ static inline __attribute__((always_inline, \
     target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 
-int wo_has_vnni(void) {
+static int has_vnni(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && cpu_feature_allowed("avx512_vnni");
@@ -159,8 +160,9 @@ int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                const void *residual, int threads) {
     static int has = -1;
-    if (has < 0) has = wo_has_vnni();
-    if (!has) return -1;
+    if (has < 0) has = has_vnni();
+    if (!has)
+        return wo_int4_q8_avx2(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads);
     int groups = (in + GROUP - 1) / GROUP, blocks = (groups + 3) / 4;
     uint8_t *xp = aligned_alloc(64, (size_t)T * blocks * PREP_BYTES);
     if (xp == NULL) return -1;
@@ -176,7 +178,6 @@ int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
     return 0;
 }
 #else
-int wo_has_vnni(void) { return 0; }
 int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                const void *residual, int threads) {

@@ -63,6 +63,12 @@ WO_HIDDEN void wo_i4_row_avx512(const float *x, int T, int in, const Blocked *bx
                                 const uint8_t *w, const uint16_t *sc, const uint16_t *mn,
                                 float *y, int out);
 WO_HIDDEN void wo_i4_blocks_prep(const float *x, int in, int blocks, float *out);
+
+/* wo_int4_q8 on AVX2 (avx2/wo_int4_q8_avx2.c), for CPUs without AVX512-VNNI: 0 done, -1 no AVX2
+ * here (or no memory) */
+WO_HIDDEN int wo_int4_q8_avx2(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                              const uint16_t *scale, const uint16_t *mn, int out, void *y,
+                              int y_bf16, const void *residual, int threads);
 #endif
 
 #endif
