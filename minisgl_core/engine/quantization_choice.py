@@ -93,8 +93,7 @@ def resolve_why(config: EngineConfig) -> tuple[EngineConfig, str]:
         choice = choose_quantization(Path(config.model), config.load_format, config.device)
         shown = choice.scheme or "none"
         log.info("--quantization auto: %s (%s)", shown, choice.reason)
-        return dataclasses.replace(config, quantization=choice.scheme), \
-            f"auto: {shown} ({choice.reason})"
+        return dataclasses.replace(config, quantization=choice.scheme), f"auto: {choice.reason}"
     if given == "none":
         return dataclasses.replace(config, quantization=None), "--quantization none given"
     if given is None:

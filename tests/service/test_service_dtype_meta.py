@@ -27,7 +27,7 @@ def test_models_meta_names_the_dtype_auto_chose_and_why(auto: RunningService) ->
     assert meta["dtype_reason"].startswith("auto: ")
     assert meta["quantization"] == "none" and "qkv" in meta["kernels"]
     # no --quantization: auto, which serves an HF checkpoint (not from a GGUF) as it is
-    assert meta["quantization_reason"].startswith("auto: none (not converted from a GGUF")
+    assert meta["quantization_reason"].startswith("auto: not converted from a GGUF")
     info = httpx.get(f"{auto.url}/v1/engine/info", timeout=30).json()
     assert info["dtype"] == meta["dtype"] and info["dtype_reason"] == meta["dtype_reason"]
     answer = httpx.post(f"{auto.url}/v1/completions", timeout=60, json={

@@ -109,8 +109,8 @@ def test_llm_serves_a_q4_1_gguf_as_int4_unless_told_none(q4_1: Path) -> None:
     auto = LLM(str(q4_1), num_threads=1, num_pages=32)
     facts = auto.engine.info()
     assert facts["quantization"] == "int4"
-    assert facts["quantization_reason"] == ("auto: int4 (the GGUF's weight matrices are Q4_1: "
-                                            "15 of 15 tensors, 100% of the weights)")
+    assert facts["quantization_reason"] == ("auto: the GGUF's weight matrices are Q4_1: 15 of 15 "
+                                            "tensors, 100% of the weights")
     assert len(auto.generate("hello", greedy)[0].token_ids) == 6
     none = LLM(str(q4_1), num_threads=1, num_pages=32, quantization="none")
     assert none.engine.info()["quantization"] == "none"
@@ -146,8 +146,8 @@ def test_models_meta_names_the_scheme_auto_chose_and_why_on_an_avx2_host(
     card = httpx.get(f"{masked.url}/v1/models", timeout=30).json()["data"][0]
     meta = card["meta"]
     assert meta["quantization"] == "int4"
-    assert meta["quantization_reason"].startswith("auto: int4 (the GGUF's weight matrices are "
-                                                  "Q4_1: 15 of 15 tensors")
+    assert meta["quantization_reason"].startswith("auto: the GGUF's weight matrices are Q4_1: "
+                                                  "15 of 15 tensors")
     info = httpx.get(f"{masked.url}/v1/engine/info", timeout=30).json()
     assert (info["quantization"], info["quantization_reason"]) == \
         (meta["quantization"], meta["quantization_reason"])
@@ -164,6 +164,6 @@ def test_tensor_parallel_ranks_serve_the_scheme_rank_0_chose(q4_1: Path) -> None
     with LLM(str(q4_1), tp=2, num_threads=1, num_pages=32) as two:
         facts = two.engine.info()
         assert facts["quantization"] == "int4"
-        assert facts["quantization_reason"].startswith("auto: int4 (the GGUF's weight matrices")
+        assert facts["quantization_reason"].startswith("auto: the GGUF's weight matrices are")
         out = two.generate("hello", SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
         assert len(out[0].token_ids) == 4
