@@ -79,9 +79,10 @@ def test_llamacpp_server_command_line(tmp_path: Path) -> None:
         str(server), "--model", "/m/SmolLM2-135M-Instruct.Q4_1.gguf", "--host", "127.0.0.1",
         "--port", "8123", "--threads", threads, "--threads-batch", threads, "--parallel", "8",
         "--ctx-size", str(8 * 2048), "--no-webui"]
-    assert (spec.name, spec.scheme) == ("llama.cpp server Q4_1", "int4")
+    assert (spec.name, spec.scheme, spec.gguf) == (
+        "llama.cpp server Q4_1", "GGUF Q4_1", Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"))
     q8 = peers.llamacpp_spec(Path("/m/SmolLM2-135M-Instruct.Q8_0.gguf"), 8, tmp_path)
-    assert (q8.name, q8.scheme) == ("llama.cpp server Q8_0", "int8-wo")
+    assert (q8.name, q8.scheme) == ("llama.cpp server Q8_0", "GGUF Q8_0")
 
 
 def test_hf_copy_of_a_converted_model(tmp_path: Path) -> None:

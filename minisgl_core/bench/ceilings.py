@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -157,23 +158,51 @@ def config_cost(model_dir: str, quantization: str | None = None) -> ModelCost:
     return ModelCost(size, fp32, int8)
 
 
+def gguf_cost(path: str | Path) -> ModelCost:
+    """The decode cost of a GGUF file as llama.cpp runs it, from the bytes its tensors are
+    stored in: every matrix but the token embedding (a row read per token), which counts when
+    the file has no ``output.weight`` (the tied LM head reads all of it). Quantized matrices
+    run as int8 dot products (llama.cpp quantizes the activations to 8 bits), float ones as
+    fp32."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    floats = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
+    tensors = GGUFReader(path).tensors
+    tied = all(t.name != "output.weight" for t in tensors)
+    size = fp32 = int8 = 0
+    for t in tensors:
+        if len(t.shape) != 2 or (t.name == "token_embd.weight" and not tied):
+            continue
+        size += int(t.n_bytes)
+        if t.tensor_type in floats:
+            fp32 += int(t.n_elements)
+        else:
+            int8 += int(t.n_elements)
+    return ModelCost(size, fp32, int8)
+
+
 def host_rooflines(model_dir: str, quantization: str | None, levels: Sequence[int],
-                   schemes: Sequence[str | None] = ()) -> dict[str, Any]:
+                   schemes: Sequence[str | None] = (),
+                   ggufs: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
     """The host's ceilings, measured now with every core, and the model's roofline per level
     (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
-    compute rate is not measured)."""
+    compute rate is not measured, and for each label of ``ggufs`` from its file's own
+    bytes)."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
     host = measure()
     print(f"bench compare: {host.line()}", file=sys.stderr, flush=True)  # progress
 
-    def roofline(scheme: str | None) -> dict[str, dict[str, Any]]:
-        cost = config_cost(model_dir, None if scheme == "fp32" else scheme)
+    def roofline(cost: ModelCost) -> dict[str, dict[str, Any]]:
         roof = {str(c): cost.roofline(host, c) for c in levels}
         return {"tok_s": {c: r[0] for c, r in roof.items()},
                 "bound": {c: r[1] for c, r in roof.items()}}
-    base = roofline(quantization)
-    others = {s: roofline(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
+
+    def of_scheme(scheme: str | None) -> dict[str, dict[str, Any]]:
+        return roofline(config_cost(model_dir, None if scheme == "fp32" else scheme))
+    base = of_scheme(quantization)
+    others = {s: of_scheme(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
+    others.update({label: roofline(gguf_cost(path)) for label, path in (ggufs or {}).items()})
     return {**host.as_dict(), "quantization": quantization or "fp32",
             "roofline_tok_s": base["tok_s"], "bound": base["bound"], "rooflines": others}

@@ -152,8 +152,11 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             others.append(start_peer(spec, out_dir / "logs"))
         quantization = _quantization(launch_args)
         ceiling = OfflineEngine(model_dir, prompt_len, quantization) if offline else None
-        schemes = [svc.scheme for svc in running] + [spec.scheme for spec in peer_specs]
-        results["ceilings"] = host_rooflines(model_dir, quantization, concurrency, schemes)
+        schemes = [svc.scheme for svc in running] + [
+            spec.scheme for spec in peer_specs if spec.gguf is None]
+        files = {spec.scheme: spec.gguf for spec in peer_specs if spec.gguf and spec.scheme}
+        results["ceilings"] = host_rooflines(model_dir, quantization, concurrency, schemes,
+                                             files)
         for c in concurrency:
             offline_runs = []
             for _ in range(repeat):

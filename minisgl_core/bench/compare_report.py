@@ -83,8 +83,8 @@ def _ceiling_line(host: dict[str, Any]) -> str:
     return (f"Host ceilings, measured in this run with {host['threads']} threads: memory read "
             f"{host['read_gb_s']:.1f} GB/s, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, int8 "
             f"GEMM {host['int8_gop_s']:.0f} GOP/s; the model's roofline by weight format and "
-            f"level (a llama.cpp Q4_1 row is held to int4's, Q8_0 to int8-wo's: the same bytes "
-            f"per weight within 6%; bf16 rows to none): {text}.")
+            f"level (a GGUF's from the bytes its matrices are stored in; bf16 rows have none): "
+            f"{text}.")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

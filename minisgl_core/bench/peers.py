@@ -76,6 +76,7 @@ class PeerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 600.0
     scheme: str | None = None  # the weights' format for the host's roofline: "int4", ...
+    gguf: Path | None = None  # the file it serves, whose bytes make its roofline
 
     def command(self, port: int) -> list[str]:
         return [arg.replace("{port}", str(port)) for arg in self.argv]
@@ -143,8 +144,6 @@ def vllm_dtypes(flags: set[str]) -> list[str]:
 
 # a GGUF weight type at the end of a file's name: X.Q4_1.gguf, X-F16.gguf, X-Q4_K_M.gguf
 GGUF_TYPE = re.compile(r"[.-]((?:B?F|I?Q)\d+(?:_[0-9A-Z]+)*)\.gguf$", re.IGNORECASE)
-# a llama.cpp row's roofline is the minisgl scheme's of about as many bytes per weight
-GGUF_SCHEMES = {"Q4_0": "int4", "Q4_1": "int4", "Q8_0": "int8-wo"}
 DUMMY_GGUF_TYPES = ("Q4_0", "Q8_0")  # what `--model-config` serves llama.cpp
 
 
@@ -216,7 +215,7 @@ def llamacpp_spec(gguf: Path, slots: int, root: Path | None = None) -> PeerSpec:
             "--threads", threads, "--threads-batch", threads, "--parallel", str(slots),
             "--ctx-size", str(MAX_MODEL_LEN * slots), "--no-webui")
     kind = gguf_type(gguf) or gguf.name
-    return PeerSpec(f"llama.cpp server {kind}", argv, {}, 300.0, GGUF_SCHEMES.get(kind))
+    return PeerSpec(f"llama.cpp server {kind}", argv, {}, 300.0, f"GGUF {kind}", gguf)
 
 
 def command_spec(text: str) -> PeerSpec:
