@@ -62,7 +62,8 @@ def rm(ctx: typer.Context, name: Annotated[str, typer.Argument(
 
 @app.command("dummy")
 def dummy(name: Annotated[str, typer.Argument(
-        help="A public config: Qwen3-0.6B, Qwen3-1.7B, Qwen3-4B, Llama-3.2-1B, Llama-3.2-3B.")],
+        help="A public config (Qwen3-0.6B, Qwen3-1.7B, Qwen3-4B, Llama-3.2-1B, Llama-3.2-3B) "
+             "or a config.json's path.")],
           gguf: Annotated[bool, typer.Option(
               "--gguf", help="Also write the F16 GGUF of the same weights; print its path.")
           ] = False) -> None:
