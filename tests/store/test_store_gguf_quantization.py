@@ -167,3 +167,16 @@ def test_tensor_parallel_ranks_serve_the_scheme_rank_0_chose(q4_1: Path) -> None
         assert facts["quantization_reason"].startswith("auto: the GGUF's weight matrices are")
         out = two.generate("hello", SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
         assert len(out[0].token_ids) == 4
+
+
+def test_the_launch_setting_defaults_to_auto_and_takes_none_from_every_layer() -> None:
+    from minisgl_core.config.launch import ConfigError, LaunchConfig
+    from minisgl_core.config.sources import load_config
+
+    assert LaunchConfig().quantization == "auto"
+    assert load_config(env={}, overrides=["quantization=none"]).quantization == "none"
+    assert load_config(env={"MINISGL_QUANTIZATION": "none"}).quantization == "none"
+    assert load_config(env={}, flags={"quantization": "int4"}).quantization == "int4"
+    with pytest.raises(ConfigError, match="quantization must be one of auto, none, int8, "
+                                          "int8-wo, int4"):
+        load_config(env={}, overrides=["quantization=int3"])
