@@ -18,7 +18,13 @@ from minisgl_core.bench.ceilings import host_rooflines
 from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.compare_service import MODES, ServiceUnderTest, median_run, start_peer
 from minisgl_core.bench.offline import OfflineEngine
-from minisgl_core.bench.peers import DUMMY_GGUF_TYPES, PEERS, build_specs, check_names
+from minisgl_core.bench.peers import (
+    DUMMY_GGUF_TYPES,
+    PEERS,
+    build_specs,
+    check_names,
+    dummy_ggufs,
+)
 from minisgl_core.bench.results import known_names
 from minisgl_core.store.dummy_models import config_names, config_spec, ensure_dummy_model
 from minisgl_core.store.errors import ModelNotFoundError
@@ -179,8 +185,6 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
 
 def _model_ggufs(model_config: str, kinds: Sequence[str]) -> dict[str, Path]:
     """The GGUF file of each of ``kinds`` of ``model_config``'s random model, by kind."""
-    from minisgl_core.bench.peers import dummy_ggufs
-
     kinds = known_names("GGUF type", [k.upper() for k in kinds], GGUF_TYPES)
     return dict(zip(kinds, dummy_ggufs(model_config, kinds), strict=True))
 
