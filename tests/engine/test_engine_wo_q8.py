@@ -1,5 +1,6 @@
-"""An engine whose int4 layers run on int8 inputs (csrc/avx512/wo_int4_q8.c, AVX2 or AVX512-VNNI):
-it generates, and a layer through the C++ operator gives the rounded inputs' product."""
+"""An engine whose int4 layers run on int8 inputs (csrc/avx512/wo_int4_q8.c and its GEMM,
+wo_gemm_int4_q8.c): it generates, and a layer through the C++ operator gives the rounded
+inputs' product."""
 
 from __future__ import annotations
 
@@ -18,14 +19,19 @@ needs_q8 = pytest.mark.skipif(not WeightOnlyQ8().available(torch.device("cpu"), 
 
 
 @needs_q8
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_an_engine_generates_on_int8_inputs(tiny_models, monkeypatch, dtype: str) -> None:
+@pytest.mark.parametrize(("kernel", "dtype"), [
+    ("int4-q8", "float32"),
+    pytest.param("int4-q8-gemm", "bfloat16", marks=pytest.mark.skipif(
+        not WeightOnlyQ8(gemm=True).available(torch.device("cpu"), torch.float32),
+        reason="no AVX512-VNNI here (or no native library)"))])
+def test_an_engine_generates_on_int8_inputs(tiny_models, monkeypatch, kernel: str,
+                                            dtype: str) -> None:
     model = resolve(str(tiny_models["llama"]))
-    monkeypatch.setenv("MINISGL_LINEAR", "int4-q8")  # every bucket of every int4 layer
+    monkeypatch.setenv("MINISGL_LINEAR", kernel)  # every bucket of every int4 layer
     engine = Engine(EngineConfig(model=model.path, num_threads=1, quantization="int4",
                                  dtype=dtype), model.model_class)
     down = engine.model.layers[0].down
-    assert {k.name for k in down.kernels} == {"int4-q8"}
+    assert {k.name for k in down.kernels} == {kernel}
     sp = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
     for i, prompt in enumerate([[5, 9, 13, 2, 7], [3, 4], [8, 1, 6]]):
         engine.add_request(f"r{i}", prompt, sp)

@@ -13,7 +13,12 @@ from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_matmul, q8_rows
 
 CPU = torch.device("cpu")
 HERE = WeightOnlyQ8().available(CPU, torch.float32)
+GEMM_HERE = WeightOnlyQ8(gemm=True).available(CPU, torch.float32)  # AVX512-VNNI only
 needs_q8 = pytest.mark.skipif(not HERE, reason="no AVX2 here (or no native library)")
+# (the dot-product kernel, the GEMM): each where this CPU runs it
+KERNELS = [pytest.param(False, id="dot"),
+           pytest.param(True, id="gemm", marks=pytest.mark.skipif(
+               not GEMM_HERE, reason="no AVX512-VNNI here (or no native library)"))]
 # (out, in): the default model's q/k/v, gate/up and down, and odd widths: a partial int4 group,
 # a block of fewer than four groups, a single group and less
 SHAPES = [(960, 576), (3072, 576), (576, 1536), (37, 100), (49, 31), (5, 33), (23, 300),
@@ -22,8 +27,9 @@ ROWS = (1, 2, 3, 8, 17, 33, 64, 65)  # within a 4-row tile, past it, several and
 
 
 @needs_q8
+@pytest.mark.parametrize("gemm", KERNELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype) -> None:
+def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype, gemm: bool) -> None:
     gen = torch.Generator().manual_seed(7)
     for out, inp in SHAPES:
         packed = quantize_int4(torch.randn(out, inp, generator=gen) * 0.05)
@@ -31,7 +37,7 @@ def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype) -> None
         for rows in ROWS:
             x = torch.randn(rows, inp, generator=gen).to(dtype)
             ref = q8_rows(x).double() @ ref_w.t()
-            y = q8_matmul(x, packed)
+            y = q8_matmul(x, packed, gemm=gemm)
             assert y is not None and y.shape == (rows, out) and y.dtype == torch.float32
             err = float((y - ref).abs().max() / ref.abs().max())
             assert err < 1e-5, (out, inp, rows, err)
@@ -39,7 +45,7 @@ def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype) -> None
             exact = x.double() @ ref_w.t()
             assert float((y - exact).abs().max() / exact.abs().max()) < 0.02, (out, inp, rows)
             res = torch.randn(rows, out, generator=gen).to(dtype)
-            fused = q8_matmul(x, packed, res, dtype)
+            fused = q8_matmul(x, packed, res, dtype, gemm=gemm)
             assert fused is not None and fused.dtype == dtype
             assert torch.equal(fused, (y + res.float()).to(dtype)), (out, inp, rows)
 
@@ -55,9 +61,10 @@ def test_q8_rounds_each_group_of_inputs_to_127_steps() -> None:
 
 
 @needs_q8
-def test_q8_kernel_adds_bias_and_residual() -> None:
+@pytest.mark.parametrize("gemm", KERNELS)
+def test_q8_kernel_adds_bias_and_residual(gemm: bool) -> None:
     gen = torch.Generator().manual_seed(8)
-    kernel = WeightOnlyQ8()
+    kernel = WeightOnlyQ8(gemm=gemm)
     packed = kernel.pack(torch.randn(37, 100, generator=gen))
     x, bias, res = (torch.randn(*s, generator=gen).bfloat16() for s in ((9, 100), (37,), (9, 37)))
     plain = q8_rows(x) @ dequantize_int4(packed).t()
@@ -70,10 +77,16 @@ def test_q8_kernel_adds_bias_and_residual() -> None:
 
 def test_q8_is_offered_only_where_the_cpu_runs_it() -> None:
     for dtype in (torch.float32, torch.bfloat16):
-        assert WeightOnlyQ8().available(CPU, dtype) == HERE
-        assert ("int4-q8" in {k.name for k in candidates("gate_up", CPU, dtype, "int4")}) == HERE
-    assert "int4-q8" not in {k.name for k in candidates("gate_up", CPU, torch.float32, "int8-wo")}
-    if not HERE:  # the C entry point says no rather than run an instruction the CPU lacks
-        packed = quantize_int4(torch.randn(16, 64))
-        assert q8_matmul(torch.randn(3, 64), packed) is None
+        names = {k.name for k in candidates("gate_up", CPU, dtype, "int4")}
+        assert WeightOnlyQ8().available(CPU, dtype) == HERE == ("int4-q8" in names)
+        assert WeightOnlyQ8(gemm=True).available(CPU, dtype) == GEMM_HERE
+        assert ("int4-q8-gemm" in names) == GEMM_HERE
+    assert not {"int4-q8", "int4-q8-gemm"} & {
+        k.name for k in candidates("gate_up", CPU, torch.float32, "int8-wo")}
+    assert GEMM_HERE <= HERE  # AVX512-VNNI implies AVX2
+    packed = quantize_int4(torch.randn(16, 64))
+    for gemm, here in ((False, HERE), (True, GEMM_HERE)):
+        if not here:  # the C entry point says no rather than run an instruction the CPU lacks
+            assert q8_matmul(torch.randn(3, 64), packed, gemm=gemm) is None
+    assert not WeightOnlyQ8(gemm=True).serves(2) and WeightOnlyQ8(gemm=True).serves(3)
 

@@ -46,6 +46,11 @@ int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t
 int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                const void *residual, int threads);
+/* the same products as a GEMM on AVX512-VNNI for many rows: 16-output weight panels unpacked
+ * once per call (wo_gemm_int4_q8.c); 0 done, -1 not on this CPU */
+int wo_gemm_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                    const void *residual, int threads);
 
 /* int4, int8 and bf16 weights on AMX's tile multiply, bf16 inputs (wo_amx.c); 0 done, -1 not
  * on this CPU */

@@ -75,6 +75,14 @@ T2 static void prep_row(const void *x, int bf16, int in, int groups, int8_t *q, 
     }
 }
 
+/* T rows of x -> q [T][groups][32], d and ds [T][groups] */
+WO_HIDDEN T2 void wo_q8_prep_rows(const void *x, int x_bf16, int T, int in, int groups, int8_t *q,
+                                  float *d, float *ds) {
+    for (int t = 0; t < T; t++)
+        prep_row((const char *)x + (size_t)t * in * (x_bf16 ? 2 : 4), x_bf16, in, groups,
+                 q + (size_t)t * groups * 32, d + (size_t)t * groups, ds + (size_t)t * groups);
+}
+
 INL2 void q8_tile(const Prepared *p, int t0, const uint8_t *w, const uint16_t *sc,
                   const uint16_t *mn, float *acc, const int nt) {
     const __m128i low4 = _mm_set1_epi8(0x0f);
@@ -129,10 +137,7 @@ WO_HIDDEN T2 int wo_int4_q8_avx2(const void *x, int x_bf16, int T, int in, const
         free(p.q); free(p.d); free(p.ds);
         return -1;
     }
-    for (int t = 0; t < T; t++)
-        prep_row((const char *)x + (size_t)t * in * (x_bf16 ? 2 : 4), x_bf16, in, groups,
-                 p.q + (size_t)t * groups * 32, p.d + (size_t)t * groups,
-                 p.ds + (size_t)t * groups);
+    wo_q8_prep_rows(x, x_bf16, T, in, groups, p.q, p.d, p.ds);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int o = 0; o < out; o++) {
         const uint8_t *w = q + (int64_t)o * groups * 16;
