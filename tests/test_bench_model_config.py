@@ -123,3 +123,17 @@ def test_rooflines_count_the_bytes_the_weights_are_stored_in(tiny_config: Path,
     assert ceilings.gguf_cost(f16) == ceilings.ModelCost(2 * matrices, matrices, 0)
     q8 = write_gguf(tiny_config.parent, tmp_path / "tiny.Q8_0.gguf", "Q8_0")  # same shapes
     assert ceilings.gguf_cost(q8) == ceilings.ModelCost(matrices * 34 // 32, 0, matrices)
+
+
+def test_minisgl_gets_the_peers_context_and_kv_cache_unless_told(tiny_config: Path) -> None:
+    from minisgl_core.bench.compare_service import sized_like_peers
+
+    model = str(dummy_models.ensure_dummy_model(str(tiny_config)))
+    config = json.loads(tiny_config.read_text())
+    # 16-token pages of every layer's fp32 K and V
+    page = 16 * config["num_hidden_layers"] * 2 * config["num_key_value_heads"] * config[
+        "head_dim"] * 4
+    assert sized_like_peers(model, []) == ["-s", "max_seq_len_override=2048",
+                                           "-s", f"num_pages={(2 << 30) // page}"]
+    assert sized_like_peers(model, ["-s", "num_pages=64", "-s", "compile=true"]) == [
+        "-s", "max_seq_len_override=2048"]

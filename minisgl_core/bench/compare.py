@@ -16,7 +16,13 @@ import typer
 
 from minisgl_core.bench.ceilings import host_rooflines
 from minisgl_core.bench.compare_report import markdown, plot
-from minisgl_core.bench.compare_service import MODES, ServiceUnderTest, median_run, start_peer
+from minisgl_core.bench.compare_service import (
+    MODES,
+    ServiceUnderTest,
+    median_run,
+    sized_like_peers,
+    start_peer,
+)
 from minisgl_core.bench.offline import OfflineEngine
 from minisgl_core.bench.peers import (
     DUMMY_GGUF_TYPES,
@@ -121,6 +127,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         raise ValueError("no multi-process transport is installed")
     if model_config:
         model_dir = str(ensure_dummy_model(model_config))
+        launch_args = [*sized_like_peers(model_dir, launch_args), *launch_args]
     else:
         model_dir = resolve_model(build_manager(), model)
     # not installed: fail here, before anything starts

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from minisgl_core.bench.peer_process import PeerProcess
-from minisgl_core.bench.peers import PeerSpec
+from minisgl_core.bench.peers import KV_CACHE_GIB, MAX_MODEL_LEN, PeerSpec
 from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
@@ -29,6 +29,22 @@ MODES = {"default": (),  # `minisgl launch` with no flags: what users get
          # the batch-invariant kernels (--deterministic)
          "fp32-deterministic": ("dtype=float32", "deterministic=true"),
          "bf16-deterministic": ("dtype=bfloat16", "deterministic=true")}
+
+
+def sized_like_peers(model_dir: str, launch_args: Sequence[str]) -> list[str]:
+    """``-s`` settings giving minisgl the peers' context (MAX_MODEL_LEN tokens) and KV cache
+    (KV_CACHE_GIB of fp32 pages), each unless ``launch_args`` set it: by default the engine
+    keeps room for one request at the config's full context, 40,960 tokens at Qwen3's shapes
+    (8.8 GiB of fp32 KV at Qwen3-0.6B's, per service)."""
+    from minisgl_core.engine.config import ModelConfig
+
+    given = {arg.partition("=")[0].strip() for arg in launch_args}
+    c = ModelConfig.from_dir(Path(model_dir))
+    page_bytes = 16 * c.num_layers * 2 * c.num_kv_heads * c.head_dim * 4  # 16-token pages
+    settings = {"max_seq_len_override": MAX_MODEL_LEN,
+                "num_pages": (KV_CACHE_GIB << 30) // page_bytes}
+    return [a for key, value in settings.items() if key not in given
+            for a in ("-s", f"{key}={value}")]
 
 
 def say(message: str) -> None:

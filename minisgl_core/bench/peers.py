@@ -16,6 +16,7 @@ from pathlib import Path
 PEERS = ("vllm", "llamacpp")  # the names `--peer` takes
 VLLM_VERSION = "0.32.0"  # what `make bench-peers` installs
 MAX_MODEL_LEN = 2048
+KV_CACHE_GIB = 2  # vLLM's KV cache (VLLM_CPU_KVCACHE_SPACE); minisgl's at a config's shapes
 TCMALLOC = "libtcmalloc_minimal.so.4"
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
 
@@ -125,7 +126,7 @@ def vllm_spec(model_dir: Path, served_name: str, root: Path | None = None,
             "--model", str(model_dir), "--served-model-name", served_name,
             "--host", "127.0.0.1", "--port", "{port}",
             "--dtype", dtype, "--max-model-len", str(MAX_MODEL_LEN))
-    env = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": cpu_list(),
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), "VLLM_CPU_OMP_THREADS_BIND": cpu_list(),
            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
            "LD_PRELOAD": f"{find_tcmalloc(lib_dirs)}:{iomp}",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
