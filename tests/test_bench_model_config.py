@@ -126,7 +126,7 @@ def test_rooflines_count_the_bytes_the_weights_are_stored_in(tiny_config: Path,
 
 
 def test_minisgl_gets_the_peers_context_and_kv_cache_unless_told(tiny_config: Path) -> None:
-    from minisgl_core.bench.compare_service import sized_like_peers
+    from minisgl_core.bench.compare_service import peer_limits, sized_like_peers
 
     model = str(dummy_models.ensure_dummy_model(str(tiny_config)))
     config = json.loads(tiny_config.read_text())
@@ -137,3 +137,6 @@ def test_minisgl_gets_the_peers_context_and_kv_cache_unless_told(tiny_config: Pa
                                            "-s", f"num_pages={(2 << 30) // page}"]
     assert sized_like_peers(model, ["-s", "num_pages=64", "-s", "compile=true"]) == [
         "-s", "max_seq_len_override=2048"]
+    # the offline engine's, with what -s set
+    assert peer_limits(model, ["-s", "num_pages=64"]) == {"max_seq_len_override": 2048,
+                                                          "num_pages": 64}

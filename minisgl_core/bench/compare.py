@@ -8,7 +8,7 @@ import json
 import os
 import platform
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +20,7 @@ from minisgl_core.bench.compare_service import (
     MODES,
     ServiceUnderTest,
     median_run,
+    peer_limits,
     sized_like_peers,
     start_peer,
 )
@@ -164,7 +165,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         for spec in peer_specs:
             others.append(start_peer(spec, out_dir / "logs"))
         quantization = _quantization(launch_args)
-        ceiling = OfflineEngine(model_dir, prompt_len, quantization) if offline else None
+        limits = peer_limits(model_dir, launch_args) if model_config else None  # as services'
+        ceiling = OfflineEngine(model_dir, prompt_len, quantization, limits) if offline else None
         schemes = [svc.scheme for svc in running] + [
             spec.scheme for spec in peer_specs if spec.gguf is None]
         files = {spec.scheme: spec.gguf for spec in peer_specs if spec.gguf and spec.scheme}
@@ -192,39 +194,25 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
 
 def _model_ggufs(model_config: str, kinds: Sequence[str]) -> dict[str, Path]:
     """The GGUF file of each of ``kinds`` of ``model_config``'s random model, by kind."""
-    kinds = known_names("GGUF type", [k.upper() for k in kinds], GGUF_TYPES)
+    kinds = _gguf_types(kinds)
     return dict(zip(kinds, dummy_ggufs(model_config, kinds), strict=True))
 
 
-def _check_modes(names: list[str] | None) -> list[str] | None:
-    try:
-        return check_modes(names) if names else names
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+def _checked(check: Callable[[Any], object]) -> Callable[[Any], Any]:
+    """A typer callback: the option's value if ``check`` passes it (or it is unset), else
+    the error ``check`` raised, as a usage error (exit 2) before anything starts."""
+    def callback(value: Any) -> Any:
+        try:
+            if value:
+                check(value)
+        except (ValueError, ModelNotFoundError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        return value
+    return callback
 
 
-def _check_model_config(spec: str | None) -> str | None:
-    try:
-        if spec:
-            config_spec(spec)  # an unknown name: did you mean; a path: readable JSON
-    except ModelNotFoundError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return spec
-
-
-def _check_ggufs(kinds: list[str] | None) -> list[str] | None:
-    try:
-        return known_names("GGUF type", [k.upper() for k in kinds], GGUF_TYPES) if kinds \
-            else kinds
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-def _check_peers(names: list[str] | None) -> list[str] | None:
-    try:
-        return check_names(names) if names else names
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+def _gguf_types(kinds: Sequence[str]) -> list[str]:
+    return known_names("GGUF type", [k.upper() for k in kinds], GGUF_TYPES)
 
 
 def compare_command(
@@ -237,13 +225,13 @@ def compare_command(
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
     model: Annotated[str | None, typer.Option(help="Model directory or name.")] = None,
     model_config: Annotated[str | None, typer.Option(
-        metavar="NAME", callback=_check_model_config,
+        metavar="NAME", callback=_checked(config_spec),
         help=f"Instead of --model: random weights at the shapes of a public config "
              f"({', '.join(config_names())}) or of a config.json path, written once into the "
              f"cache; every engine serves the same weights (llama.cpp as GGUFs "
              f"{' and '.join(DUMMY_GGUF_TYPES)}).")] = None,
     gguf: Annotated[list[str] | None, typer.Option(
-        metavar="TYPE", callback=_check_ggufs,
+        metavar="TYPE", callback=_checked(_gguf_types),
         help=f"With --model-config: also serve its GGUF of TYPE (repeat: "
              f"{', '.join(GGUF_TYPES)}; all but F16 written by llama.cpp's llama-quantize) "
              f"with minisgl, one service per transport, as `minisgl launch --model FILE.gguf` "
@@ -262,10 +250,10 @@ def compare_command(
     mode: Annotated[list[str] | None, typer.Option(
         help=f"One service per transport and mode (repeat), measured side by side: "
              f"{', '.join(MODES)}; the offline engine is then left out.",
-        callback=_check_modes)] = None,
+        callback=_checked(check_modes))] = None,
     peer: Annotated[list[str] | None, typer.Option(
         help=f"Also start and measure this engine (repeat): {', '.join(PEERS)} "
-             "(installed by `make bench-peers`).", callback=_check_peers)] = None,
+             "(installed by `make bench-peers`).", callback=_checked(check_names))] = None,
     peer_command: Annotated[list[str] | None, typer.Option(
         metavar="LABEL=COMMAND", help="Also start and measure this OpenAI-compatible server "
                                       "(repeat); {port} in COMMAND is replaced by a free port.")

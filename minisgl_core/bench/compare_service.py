@@ -31,19 +31,29 @@ MODES = {"default": (),  # `minisgl launch` with no flags: what users get
          "bf16-deterministic": ("dtype=bfloat16", "deterministic=true")}
 
 
-def sized_like_peers(model_dir: str, launch_args: Sequence[str]) -> list[str]:
-    """``-s`` settings giving minisgl the peers' context (MAX_MODEL_LEN tokens) and KV cache
-    (KV_CACHE_GIB of fp32 pages), each unless ``launch_args`` set it: by default the engine
-    keeps room for one request at the config's full context, 40,960 tokens at Qwen3's shapes
-    (8.8 GiB of fp32 KV at Qwen3-0.6B's, per service)."""
+def peer_limits(model_dir: str, launch_args: Sequence[str] = ()) -> dict[str, int]:
+    """The peers' context (MAX_MODEL_LEN tokens) and KV cache (KV_CACHE_GIB of fp32 pages) as
+    minisgl settings, each but where ``launch_args`` set it (``-s num_pages=N``): by default
+    the engine keeps room for one request at the config's full context, 40,960 tokens at
+    Qwen3's shapes (8.8 GiB of fp32 KV at Qwen3-0.6B's)."""
     from minisgl_core.engine.config import ModelConfig
 
-    given = {arg.partition("=")[0].strip() for arg in launch_args}
     c = ModelConfig.from_dir(Path(model_dir))
     page_bytes = 16 * c.num_layers * 2 * c.num_kv_heads * c.head_dim * 4  # 16-token pages
-    settings = {"max_seq_len_override": MAX_MODEL_LEN,
-                "num_pages": (KV_CACHE_GIB << 30) // page_bytes}
-    return [a for key, value in settings.items() if key not in given
+    limits = {"max_seq_len_override": MAX_MODEL_LEN,
+              "num_pages": (KV_CACHE_GIB << 30) // page_bytes}
+    for arg in launch_args:
+        key, sep, value = arg.partition("=")
+        if sep and key.strip() in limits:
+            limits[key.strip()] = int(value)
+    return limits
+
+
+def sized_like_peers(model_dir: str, launch_args: Sequence[str]) -> list[str]:
+    """``-s`` settings of ``peer_limits`` for every service, each unless ``launch_args`` set
+    it."""
+    given = {arg.partition("=")[0].strip() for arg in launch_args}
+    return [a for key, value in peer_limits(model_dir).items() if key not in given
             for a in ("-s", f"{key}={value}")]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from minisgl_core.bench.results import Record, ServeResult
@@ -17,14 +18,17 @@ class OfflineEngine:
     ignored, same chat template); it takes every core, as the service's scheduler does."""
 
     def __init__(self, model_dir: str, prompt_len: int | None,
-                 quantization: str | None = None) -> None:
+                 quantization: str | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
+        """``settings``: more EngineConfig fields (``num_pages``, ...)."""
         from minisgl_core.engine.config import EngineConfig
         from minisgl_core.engine.engine import Engine
         from minisgl_core.plugin.model_lookup import resolve
 
         resolved = resolve(model_dir)
         self.engine = Engine(EngineConfig(model=resolved.path, num_threads=os.cpu_count() or 1,
-                                          quantization=quantization), resolved.model_class)
+                                          quantization=quantization, **(settings or {})),
+                             resolved.model_class)
         self.prompt_len = prompt_len
 
     def _prompt(self, i: int) -> list[int]:
