@@ -21,6 +21,7 @@ from minisgl_core.bench.compare_service import (
     ServiceUnderTest,
     median_run,
     peer_limits,
+    say,
     sized_like_peers,
     start_peer,
 )
@@ -127,6 +128,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     if not names:
         raise ValueError("no multi-process transport is installed")
     if model_config:
+        say(f"random weights at {model_config}'s shapes (written once, then cached)")
         model_dir = str(ensure_dummy_model(model_config))
         launch_args = [*sized_like_peers(model_dir, launch_args), *launch_args]
     else:

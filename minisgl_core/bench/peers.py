@@ -172,6 +172,7 @@ def gguf_quantized(gguf: Path, kind: str, out_dir: Path | None = None,
     if out.exists():
         return out
     quantize = peer_venv("llamacpp", root, "llama-quantize") / "bin" / "llama-quantize"
+    print(f"llama-quantize: writing {out} (once)", file=sys.stderr, flush=True)  # minutes
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(f".{out.name}.part-{os.getpid()}")
     done = subprocess.run([str(quantize), "--allow-requantize", str(gguf), str(part), kind],
