@@ -1,35 +1,53 @@
-"""int4 weights against int8 inputs (csrc/avx512/wo_int4_q8.c, AVX2 or AVX512-VNNI): against the
-float64 product of the dequantized weight and the rounded inputs, the rounding's size against
-the inputs themselves, its fused residual, the Kernel around it and the kernel choice."""
+"""int4 weights against int8 inputs: the dot-product rows (csrc/avx512/wo_int4_q8.c, AVX2 or
+AVX512-VNNI) and the 16-output panels (csrc/avx512/wo_int4_panels.c, AVX512-VNNI), against the
+float64 product of the dequantized weight and the rounded inputs; the rounding's size against
+the inputs themselves, the fused residual, the Kernels around them and the kernel choice."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from minisgl_core.kernels.matmul.choice import candidates
-from minisgl_core.kernels.matmul.weight_only import dequantize_int4, quantize_int4
+from minisgl_core.kernels.matmul.weight_only import Int4Weight, dequantize_int4, quantize_int4
+from minisgl_core.kernels.matmul.wo_panels import (
+    WeightOnlyPanels,
+    from_panels,
+    panels_matmul,
+    to_panels,
+)
 from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_matmul, q8_rows
 
 CPU = torch.device("cpu")
 HERE = WeightOnlyQ8().available(CPU, torch.float32)
-GEMM_HERE = WeightOnlyQ8(gemm=True).available(CPU, torch.float32)  # AVX512-VNNI only
-needs_q8 = pytest.mark.skipif(not HERE, reason="no AVX2 here (or no native library)")
-# (the dot-product kernel, the GEMM): each where this CPU runs it
-KERNELS = [pytest.param(False, id="dot"),
-           pytest.param(True, id="gemm", marks=pytest.mark.skipif(
-               not GEMM_HERE, reason="no AVX512-VNNI here (or no native library)"))]
-# (out, in): the default model's q/k/v, gate/up and down, and odd widths: a partial int4 group,
-# a block of fewer than four groups, a single group and less
+PANELS_HERE = WeightOnlyPanels().available(CPU, torch.float32)  # AVX512-VNNI only
+# (out, in): the default model's q/k/v, gate/up and down, and odd widths: outputs that fill no
+# 16-output panel, a partial int4 group, a block of fewer than four groups, one group and less
 SHAPES = [(960, 576), (3072, 576), (576, 1536), (37, 100), (49, 31), (5, 33), (23, 300),
           (100, 17)]
-ROWS = (1, 2, 3, 8, 17, 33, 64, 65)  # within a 4-row tile, past it, several and their rest
+ROWS = (1, 2, 3, 8, 17, 33, 64, 65)  # within a 4- or 8-row block, past it, several, their rest
 
 
-@needs_q8
-@pytest.mark.parametrize("gemm", KERNELS)
+_dot = q8_matmul
+
+
+def _panels(x: torch.Tensor, w: Int4Weight, residual: torch.Tensor | None = None,
+            dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+    return panels_matmul(x, to_panels(w), residual, dtype)
+
+
+Matmul = Callable[..., torch.Tensor | None]
+KERNELS = [pytest.param(_dot, id="dot", marks=pytest.mark.skipif(
+               not HERE, reason="no AVX2 here (or no native library)")),
+           pytest.param(_panels, id="panels", marks=pytest.mark.skipif(
+               not PANELS_HERE, reason="no AVX512-VNNI here (or no native library)"))]
+
+
+@pytest.mark.parametrize("matmul", KERNELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype, gemm: bool) -> None:
+def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype, matmul: Matmul) -> None:
     gen = torch.Generator().manual_seed(7)
     for out, inp in SHAPES:
         packed = quantize_int4(torch.randn(out, inp, generator=gen) * 0.05)
@@ -37,7 +55,7 @@ def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype, gemm: b
         for rows in ROWS:
             x = torch.randn(rows, inp, generator=gen).to(dtype)
             ref = q8_rows(x).double() @ ref_w.t()
-            y = q8_matmul(x, packed, gemm=gemm)
+            y = matmul(x, packed)
             assert y is not None and y.shape == (rows, out) and y.dtype == torch.float32
             err = float((y - ref).abs().max() / ref.abs().max())
             assert err < 1e-5, (out, inp, rows, err)
@@ -45,7 +63,7 @@ def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype, gemm: b
             exact = x.double() @ ref_w.t()
             assert float((y - exact).abs().max() / exact.abs().max()) < 0.02, (out, inp, rows)
             res = torch.randn(rows, out, generator=gen).to(dtype)
-            fused = q8_matmul(x, packed, res, dtype, gemm=gemm)
+            fused = matmul(x, packed, res, dtype)
             assert fused is not None and fused.dtype == dtype
             assert torch.equal(fused, (y + res.float()).to(dtype)), (out, inp, rows)
 
@@ -60,14 +78,28 @@ def test_q8_rounds_each_group_of_inputs_to_127_steps() -> None:
     assert torch.equal(q8_rows(torch.zeros(2, 40)), torch.zeros(2, 40))  # no step: all zeros
 
 
-@needs_q8
-@pytest.mark.parametrize("gemm", KERNELS)
-def test_q8_kernel_adds_bias_and_residual(gemm: bool) -> None:
+def test_panels_hold_the_int4_weight_unchanged() -> None:
+    for out, inp in ((37, 100), (16, 64), (5, 33)):
+        w = quantize_int4(torch.randn(out, inp, generator=torch.Generator().manual_seed(out)))
+        p = to_panels(w)
+        assert p.q.shape == (-(-out // 16), -(-inp // 32), 4, 16, 4) and p.out_features == out
+        back = from_panels(p)
+        assert all(torch.equal(getattr(back, n), getattr(w, n)) for n in ("q", "scale", "min"))
+        kernel = WeightOnlyPanels()
+        padded = -(-out // 16) * 16 - out  # zero outputs fill the last panel
+        assert kernel.nbytes(p) == kernel.nbytes(w) * (out + padded) // out
+
+
+@pytest.mark.parametrize("kernel", [
+    pytest.param(WeightOnlyQ8(), id="dot", marks=pytest.mark.skipif(not HERE, reason="no AVX2")),
+    pytest.param(WeightOnlyPanels(), id="panels",
+                 marks=pytest.mark.skipif(not PANELS_HERE, reason="no AVX512-VNNI"))])
+def test_q8_kernels_add_bias_and_residual(kernel: WeightOnlyQ8 | WeightOnlyPanels) -> None:
     gen = torch.Generator().manual_seed(8)
-    kernel = WeightOnlyQ8(gemm=gemm)
     packed = kernel.pack(torch.randn(37, 100, generator=gen))
+    w = from_panels(packed) if isinstance(kernel, WeightOnlyPanels) else packed
     x, bias, res = (torch.randn(*s, generator=gen).bfloat16() for s in ((9, 100), (37,), (9, 37)))
-    plain = q8_rows(x) @ dequantize_int4(packed).t()
+    plain = q8_rows(x) @ dequantize_int4(w).t()
     for b in (None, bias):
         y = kernel.run(packed, x, b, res)
         ref = plain + res.float() + (0 if b is None else b.float())
@@ -75,18 +107,16 @@ def test_q8_kernel_adds_bias_and_residual(gemm: bool) -> None:
         assert float((y.float() - ref).abs().max() / ref.abs().max()) < 1e-2  # bf16 output
 
 
-def test_q8_is_offered_only_where_the_cpu_runs_it() -> None:
+def test_q8_kernels_are_offered_only_where_the_cpu_runs_them() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         names = {k.name for k in candidates("gate_up", CPU, dtype, "int4")}
         assert WeightOnlyQ8().available(CPU, dtype) == HERE == ("int4-q8" in names)
-        assert WeightOnlyQ8(gemm=True).available(CPU, dtype) == GEMM_HERE
-        assert ("int4-q8-gemm" in names) == GEMM_HERE
-    assert not {"int4-q8", "int4-q8-gemm"} & {
+        assert WeightOnlyPanels().available(CPU, dtype) == PANELS_HERE
+        assert ("int4-panels" in names) == PANELS_HERE
+    assert not {"int4-q8", "int4-panels"} & {
         k.name for k in candidates("gate_up", CPU, torch.float32, "int8-wo")}
-    assert GEMM_HERE <= HERE  # AVX512-VNNI implies AVX2
-    packed = quantize_int4(torch.randn(16, 64))
-    for gemm, here in ((False, HERE), (True, GEMM_HERE)):
+    assert PANELS_HERE <= HERE  # AVX512-VNNI implies AVX2
+    w = quantize_int4(torch.randn(16, 64))
+    for matmul, here in ((_dot, HERE), (_panels, PANELS_HERE)):
         if not here:  # the C entry point says no rather than run an instruction the CPU lacks
-            assert q8_matmul(torch.randn(3, 64), packed, gemm=gemm) is None
-    assert not WeightOnlyQ8(gemm=True).serves(2) and WeightOnlyQ8(gemm=True).serves(3)
-
+            assert matmul(torch.randn(3, 64), w) is None

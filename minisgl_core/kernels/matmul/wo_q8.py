@@ -12,8 +12,6 @@ kernel only for the row buckets where it measures fastest.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from minisgl_core.kernels.matmul.weight_only import (
@@ -42,10 +40,10 @@ def q8_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def q8_matmul(x: torch.Tensor, w: Int4Weight, residual: torch.Tensor | None = None,
-              dtype: torch.dtype = torch.float32, gemm: bool = False) -> torch.Tensor | None:
+              dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
     """``q8_rows(x) [T, in] @ dequant(w).T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32 or
-    bf16: summed in fp32, rounded once); x fp32 or bf16. ``gemm``: by the GEMM for many rows
-    (csrc/avx512/wo_gemm_int4_q8.c). None where the library or the CPU cannot."""
+    bf16: summed in fp32, rounded once); x fp32 or bf16. None where the library or the CPU
+    cannot."""
     lib = native.library()
     if lib is None or x.dtype not in (torch.float32, torch.bfloat16):
         return None
@@ -58,22 +56,20 @@ def q8_matmul(x: torch.Tensor, w: Int4Weight, residual: torch.Tensor | None = No
             w.scale.data_ptr(), w.min.data_ptr(), out, y.data_ptr(),
             int(dtype == torch.bfloat16), None if res is None else res.data_ptr(),
             torch.get_num_threads())
-    kernel = lib.wo_gemm_int4_q8 if gemm else lib.wo_int4_q8
     if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
         with torch.profiler.record_function(PROFILE_NAMES[4]):
-            return y if kernel(*args) == 0 else None
-    return y if kernel(*args) == 0 else None
+            return y if lib.wo_int4_q8(*args) == 0 else None
+    return y if lib.wo_int4_q8(*args) == 0 else None
 
 
 class WeightOnlyQ8(WeightOnlyKernel):
     """int4 weights, inputs quantized to int8 per group of 32 at the call (CPU with AVX2 or
-    AVX512-VNNI, fp32 or bf16 inputs); ``gemm``: the GEMM for many rows (AVX512-VNNI only)."""
+    AVX512-VNNI, fp32 or bf16 inputs)."""
 
-    def __init__(self, scheme: str = "int4", gemm: bool = False) -> None:
+    def __init__(self, scheme: str = "int4") -> None:
         assert scheme == "int4", "int8 inputs are for the int4 scheme"
         self.layout = self.scheme = self.quantized = scheme
-        self.gemm = gemm
-        self.name = f"{scheme}-q8-gemm" if gemm else f"{scheme}-q8"
+        self.name = f"{scheme}-q8"
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
@@ -81,18 +77,12 @@ class WeightOnlyQ8(WeightOnlyKernel):
         gen = torch.Generator().manual_seed(0)
         w, x = torch.randn(24, 72, generator=gen), torch.randn(5, 72, generator=gen)
         packed = self.pack(w)
-        y = q8_matmul(x, packed, gemm=self.gemm)
+        y = q8_matmul(x, packed)
         if y is None:
             return False
         want = q8_rows(x).double() @ dequantize_int4(packed).double().t()
         return torch.allclose(y.double(), want, rtol=1e-4, atol=1e-4)
 
-    def serves(self, rows: int) -> bool:
-        # one or two rows pay the panel unpacking for nothing (as wo_gemm.py's GEMM)
-        return rows > 2 or not self.gemm
-
     def run(self, packed: Int4Weight, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
-        if self.gemm:
-            return fused_run(functools.partial(q8_matmul, gemm=True), packed, x, bias, residual)
         return fused_run(q8_matmul, packed, x, bias, residual)

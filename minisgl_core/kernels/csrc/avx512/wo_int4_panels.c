@@ -1,0 +1,156 @@
+/* int4 weights in 16-output panels against int8 inputs on AVX512-VNNI, for every row count: the
+ * layout of ggml's repacked CPU weights, built once at load (wo_q8.py's ``panels``).
+ *
+ * Panel p holds outputs 16p..16p+15 ([panels][groups][4][16][4] bytes): for group g, dword k of
+ * lane l is output 16p + l's bytes 4k..4k+3 of the group (ggml's Q4_1 order: element j in the
+ * low nibble of byte j, element j + 16 in its high one), so one AND gives the 16 outputs'
+ * inputs 4k..4k+3 and a shift and an AND their inputs 16+4k..16+4k+3, each the u8 operand of a
+ * vpdpbusd against 4 input bytes broadcast. Scales and mins are fp16 [panels][groups][16]. So
+ * each weight byte is loaded once a call, whatever the rows, nothing is unpacked to memory, and
+ * the 16 sums of a panel land in one vector's lanes: no horizontal sums. The inputs are rounded
+ * as wo_int4_q8.c rounds them (wo_q8_prep_rows).
+ */
+#include "../minisgl_kernels.h"
+#include "../portable/wo_matmul.h"
+#include <stdlib.h>
+
+#include "../cpu_features.h"
+
+#define RB 8  /* input rows a register block */
+
+#ifdef HAVE_X86
+#include <immintrin.h>
+
+#define TP __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+#define INLP static inline __attribute__((always_inline, \
+    target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+
+static int has_vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && cpu_feature_allowed("avx512_vnni");
+}
+
+static inline uint16_t round_bf16(float f) {  /* round to nearest even */
+    union { float f; uint32_t u; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN */
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* 4 input bytes of row r at quad k of group g, broadcast */
+#define XQ(r, k) _mm512_set1_epi32(*(const int32_t *)(xq + ((size_t)(t0 + (r)) * groups + g) \
+                                                      * 32 + 4 * (k)))
+
+/* nr (1..RB) rows from t0 over panel pw; the 16 sums stored at outputs o0.. (n of them live).
+ * Up to 4 rows keep two chains of sums a row (the even and the odd quads), so one row is not
+ * held up by vpdpbusd's latency. */
+INLP void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, int groups,
+                     const int8_t *xq, const float *d, const float *ds, int t0, const int nr,
+                     int o0, int n, int out, void *y, int y_bf16, const void *residual) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const int two = nr <= 4;
+    __m512 acc[RB];
+    for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *wg = pw + (size_t)g * 256;
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES + 192), _MM_HINT_T0);
+        __m512i a[RB], b[RB];
+        for (int r = 0; r < nr; r++) a[r] = b[r] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            __m512i raw = _mm512_loadu_si512((const void *)(wg + 64 * k));
+            __m512i lo = _mm512_and_si512(raw, low4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi32(raw, 4), low4);
+            for (int r = 0; r < nr; r++) {
+                a[r] = _mm512_dpbusd_epi32(a[r], lo, XQ(r, k));
+                if (two) b[r] = _mm512_dpbusd_epi32(b[r], hi, XQ(r, k + 4));
+                else a[r] = _mm512_dpbusd_epi32(a[r], hi, XQ(r, k + 4));
+            }
+        }
+        __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + (size_t)g * 16)));
+        __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pm + (size_t)g * 16)));
+        for (int r = 0; r < nr; r++) {
+            size_t at = (size_t)(t0 + r) * groups + g;
+            __m512i sums = two ? _mm512_add_epi32(a[r], b[r]) : a[r];
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
+                                     _mm512_mul_ps(s, _mm512_set1_ps(d[at])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(ds[at]), acc[r]);
+        }
+    }
+    const __mmask16 live = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    for (int r = 0; r < nr; r++) {
+        int64_t at = (int64_t)(t0 + r) * out + o0;
+        if (y_bf16) {
+            float v[16];
+            _mm512_storeu_ps(v, acc[r]);
+            uint16_t *yr = (uint16_t *)y + at;
+            const uint16_t *rr = residual ? (const uint16_t *)residual + at : NULL;
+            for (int l = 0; l < n; l++) {
+                float f = v[l];
+                if (rr) {
+                    union { uint32_t u; float f; } b = {.u = (uint32_t)rr[l] << 16};
+                    f += b.f;
+                }
+                yr[l] = round_bf16(f);
+            }
+        } else {
+            __m512 v = acc[r];
+            if (residual)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, (const float *)residual + at));
+            _mm512_mask_storeu_ps((float *)y + at, live, v);
+        }
+    }
+}
+#undef XQ
+
+/* wo_int4_panels once the CPU is known to run it (no AVX-512 instruction may run before) */
+TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                  const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                  const void *residual, int threads) {
+    int groups = (in + GROUP - 1) / GROUP, panels = (out + 15) / 16;
+    size_t n = (size_t)T * groups;
+    int8_t *xq = malloc(n * 32);
+    float *d = malloc(n * sizeof(float)), *ds = malloc(n * sizeof(float));
+    if (xq == NULL || d == NULL || ds == NULL) {
+        free(xq); free(d); free(ds);
+        return -1;
+    }
+    wo_q8_prep_rows(x, x_bf16, T, in, groups, xq, d, ds);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int p = 0; p < panels; p++) {
+        const uint8_t *pw = q + (size_t)p * groups * 256;
+        const uint16_t *ps = scale + (size_t)p * groups * 16, *pm = mn + (size_t)p * groups * 16;
+        int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
+        for (int t0 = 0; t0 < T; t0 += RB) {
+            switch (T - t0 < RB ? T - t0 : RB) {  /* a constant row count at each call */
+#define ROWS(k) case k: panel_rows(pw, ps, pm, groups, xq, d, ds, t0, k, o0, cols, out, y, \
+                                   y_bf16, residual); break;
+            ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7)
+            default: panel_rows(pw, ps, pm, groups, xq, d, ds, t0, RB, o0, cols, out, y,
+                                y_bf16, residual);
+#undef ROWS
+            }
+        }
+    }
+    free(xq); free(d); free(ds);
+    return 0;
+}
+
+int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                   const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                   const void *residual, int threads) {
+    static int has = -1;
+    if (has < 0) has = has_vnni();
+    return has ? run(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads) : -1;
+}
+#else
+int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                   const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                   const void *residual, int threads) {
+    (void)x; (void)x_bf16; (void)T; (void)in; (void)q; (void)scale; (void)mn; (void)out;
+    (void)y; (void)y_bf16; (void)residual; (void)threads;
+    return -1;
+}
+#endif
