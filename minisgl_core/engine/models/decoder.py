@@ -10,6 +10,7 @@ all-reduces the partial outputs of o_proj and down_proj; bias and residual are a
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -38,6 +39,36 @@ class Layer:
     gate_up: Linear  # -> [T, 2 I]
     down: Linear
     qk_norm: torch.Tensor | None  # [Hq + Hkv, D]: Qwen3's per-head q and k RMSNorm weights
+    # ln_attn and ln_mlp in fp32, where rms_norm multiplies by them (None: F.rms_norm's own)
+    ln_attn32: torch.Tensor | None
+    ln_mlp32: torch.Tensor | None
+
+
+@functools.cache
+def _norm_scalars(width: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``width`` and ``eps`` as fp32 scalar tensors: a Python number in an op becomes a new
+    tensor at every call, and both round to fp32 the same way."""
+    return torch.tensor(float(width)), torch.tensor(eps, dtype=torch.float32)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, weight32: torch.Tensor | None,
+             eps: float) -> torch.Tensor:
+    """``F.rms_norm(x, (H,), weight, eps)`` of ``x [T, H]``, the same bits in fewer ops.
+
+    torch's CPU rms_norm is a composite that dispatches 34 ops at bf16 (fp32 copies of x and of
+    the weight, each Python scalar made a tensor, mean as sum and divide); this one runs the
+    same fp32 arithmetic in the same order (sum of squares, / H, + eps, rsqrt, x * r * weight,
+    one rounding to x's dtype) in 16, given the weight already in fp32 (``weight32``). Inside a
+    compiled graph (or without ``weight32``) torch's own: inductor fuses it there, and the
+    graph stays what it was.
+    """
+    if weight32 is None or torch.compiler.is_compiling():
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    width, eps32 = _norm_scalars(x.shape[-1], eps)
+    x32 = x.float()  # x itself when already fp32: then not written in place
+    r = (x32 * x32).sum(-1, keepdim=True).div_(width).add_(eps32).rsqrt_()  # [T, 1]
+    y = x32 * r if x32 is x else x32.mul_(r)
+    return y.mul_(weight32).to(x.dtype)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -87,6 +118,7 @@ class DecoderForCausalLM:
         # weights load, as the measured choice for this model's shapes here
         self.kernels: Choice | None = None
         self.embed = self.norm = torch.empty(0)  # embed: [V, H]
+        self.norm32: torch.Tensor | None = None  # the final norm's weight in fp32 (rms_norm)
         self.lm_head: Linear | None = None
         # a tied head whose packed weight serves embedding rows too (int8-wo, also under int4):
         # lookups read its rows, and the table itself is not kept
@@ -130,6 +162,7 @@ class DecoderForCausalLM:
         One layer's raw tensors at a time, so loading peaks at the model's size plus one layer.
         """
         self.norm = self._take(ckpt, "model.norm.weight")
+        self.norm32 = self.norm.float()
         self.embed = self._take(ckpt, "model.embed_tokens.weight")
         if self.tp is None or self.tp.leader:  # only rank 0 computes logits
             head = self.embed  # tied: kept as it is (see __init__), unless MINISGL_LINEAR
@@ -185,9 +218,10 @@ class DecoderForCausalLM:
             # added once: on rank 0, so the all_reduce of the partial outputs carries it once
             return self._take(ckpt, name) if name in ckpt and leader else None
 
+        ln_attn = self._take(ckpt, f"{p}input_layernorm.weight")
+        ln_mlp = self._take(ckpt, f"{p}post_attention_layernorm.weight")
         return Layer(
-            ln_attn=self._take(ckpt, f"{p}input_layernorm.weight"),
-            ln_mlp=self._take(ckpt, f"{p}post_attention_layernorm.weight"),
+            ln_attn=ln_attn, ln_mlp=ln_mlp, ln_attn32=ln_attn.float(), ln_mlp32=ln_mlp.float(),
             qkv=self._linear("qkv", qkv_w,
                              self._cat(ckpt, [a + ".bias" for a in attn], attn_rows)),
             o=self._linear("o", self._take(ckpt, f"{p}self_attn.o_proj.weight", cols=q_rows),
@@ -219,7 +253,7 @@ class DecoderForCausalLM:
         if self.deterministic:
             return self._forward_invariant(x, meta, kv, ws, cos, sin)
         for i, layer in enumerate(self.layers):
-            h = F.rms_norm(x, (c.hidden_size,), layer.ln_attn, eps)
+            h = rms_norm(x, layer.ln_attn, layer.ln_attn32, eps)
             qkv = layer.qkv(h)  # [T, (Hq + 2 Hkv) * D]
             qk = qkv[:, :qk_dim].view(t, hq + hkv, d)
             if layer.qk_norm is not None:
@@ -230,7 +264,7 @@ class DecoderForCausalLM:
             kv.store(i, meta.out_slots, k, v)
             o = paged_attention(q, k, v, kv.k_layers[i], kv.v_layers[i], meta, ws)
             x = reduce(layer.o(o, residual=x if keep else None))  # [T, H]
-            h = F.rms_norm(x, (c.hidden_size,), layer.ln_mlp, eps)
+            h = rms_norm(x, layer.ln_mlp, layer.ln_mlp32, eps)
             gu = layer.gate_up(h)  # [T, 2 I] (I: this rank's columns)
             act = F.silu(gu[:, :inter]).mul_(gu[:, inter:])  # [T, I]: one new tensor, not two
             x = reduce(layer.down(act, residual=x if keep else None))
@@ -268,7 +302,7 @@ class DecoderForCausalLM:
         if self.deterministic:
             h = invariant.rms_norm(hidden, self.norm, self.cfg.rms_norm_eps)
         else:
-            h = F.rms_norm(hidden, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
+            h = rms_norm(hidden, self.norm, self.norm32, self.cfg.rms_norm_eps)
         assert self.lm_head is not None
         return self.lm_head(h)
 

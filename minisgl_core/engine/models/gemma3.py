@@ -115,6 +115,7 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
         """As the base class (the LM head tied to the unscaled embedding), layers below."""
         super().load_weights(ckpt)
         self.norm = self.norm + 1.0
+        self.norm32 = None  # its logits norm with F.rms_norm on 1 + weight
 
     def _load_layer(self, ckpt: Checkpoint, i: int) -> GemmaLayer:
         base = super()._load_layer(ckpt, i)  # q/k/v, o, gate/up, down (sharded), q/k norms
@@ -123,6 +124,7 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
         return GemmaLayer(
             ln_attn=base.ln_attn + 1.0,
             ln_mlp=self._norm(ckpt, p + "pre_feedforward_layernorm.weight"),
+            ln_attn32=None, ln_mlp32=None,  # every norm here is F.rms_norm's own
             qkv=base.qkv, o=base.o, gate_up=base.gate_up, down=base.down,
             qk_norm=base.qk_norm + 1.0,
             post_attn=base.ln_mlp + 1.0,  # the base reads post_attention_layernorm as ln_mlp
