@@ -252,8 +252,10 @@ class Engine:
         if not to_sample and not spec:
             return refused
         # the plain rows, then the k + 1 rows of every speculating request: one LM-head call
-        index = torch.tensor(rows + lay.spec_rows, device=self.device)
-        every = self.model.logits(hidden.index_select(0, index))  # [N + S, V]
+        picked = rows + lay.spec_rows
+        if picked != list(range(hidden.shape[0])):  # not every row in order: gather them
+            hidden = hidden.index_select(0, torch.tensor(picked, device=self.device))
+        every = self.model.logits(hidden)  # [N + S, V]
         if self.speculator is not None and spec:
             refused = refused + [self._append_many(*took) for took in
                                  self.speculator.verify_all(spec, every[len(rows):],
