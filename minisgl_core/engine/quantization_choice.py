@@ -1,9 +1,10 @@
 """``--quantization auto`` (the default): a GGUF is served in its own weight format.
 
 A directory converted from a GGUF (store/gguf_cache.py) records in its marker the GGUF type of
-each weight matrix (the 2-D tensors: the matmuls, the embedding and the LM head). The type that
-holds most of those weights (by count of weights, not of tensors: a Q4_K_M file mixes Q4_K and
-Q6_K tensors, its embedding sometimes Q8_0) picks the scheme with at least its bits:
+each matmul weight (the 2-D tensors; the token embedding where it is also the LM head). The
+type that holds most of those weights (by count of weights, not of tensors: a Q4_K_M file
+mixes Q4_K and Q6_K tensors, its embedding sometimes Q8_0) picks the scheme with at least its
+bits:
 Q4_0/Q4_1/Q4_K and every type of 4 bits or fewer (Q2_K, Q3_K, IQ*, TQ*, MXFP4) -> int4, whose
 layout is Q4_1's (groups of 32, an fp16 scale and min), so a Q4_1 weight is requantized
 (nearly) exactly; Q5_0/Q5_1/Q5_K/Q6_K/Q8_0 -> int8-wo; F16/BF16/F32 -> none. An HF checkpoint

@@ -28,8 +28,9 @@ from minisgl_core.store.paths import cache_dir
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                       "qwen3": "Qwen3ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 # bump when the converter's output changes: older directories are redone (2: the marker
-# records the GGUF types of the weight matrices, which ``--quantization auto`` reads)
-CONVERTER_VERSION = 2
+# records the GGUF types of the weight matrices, which ``--quantization auto`` reads; 3: of the
+# matmuls only, the token embedding counted where it is also the LM head)
+CONVERTER_VERSION = 3
 
 
 def gguf_root() -> Path:
@@ -56,14 +57,19 @@ def gguf_architecture(gguf: Path) -> str:
 
 
 def gguf_weight_types(gguf: Path) -> dict[str, list[int]]:
-    """GGUF type name -> [tensors, weights] over the file's weight matrices (the 2-D tensors:
-    every matmul, the embedding and the LM head), e.g. ``{"Q4_1": [210, ...], "Q8_0": [1, ...]}``
-    for a Q4_1 file whose token embedding is Q8_0."""
+    """GGUF type name -> [tensors, weights] over the file's matmul weights (its 2-D tensors; the
+    token embedding only where it is also the LM head, i.e. the file has no ``output.weight``),
+    e.g. ``{"Q4_1": [210, ...], "Q8_0": [1, ...]}`` for the default model: Q4_1 layers and a
+    Q8_0 embedding tied to the head."""
     from gguf import GGUFReader
 
+    tensors = GGUFReader(gguf, "r").tensors
+    tied = not any(t.name == "output.weight" for t in tensors)
     types: dict[str, list[int]] = {}
-    for tensor in GGUFReader(gguf, "r").tensors:
+    for tensor in tensors:
         if len(tensor.shape) != 2:  # norms and biases stay F32 in every file type
+            continue
+        if tensor.name == "token_embd.weight" and not tied:  # a lookup table, not a matmul
             continue
         count = types.setdefault(tensor.tensor_type.name, [0, 0])
         count[0] += 1

@@ -71,6 +71,15 @@ def test_a_written_gguf_records_its_types_and_auto_picks_its_scheme(
                             "of the weights"
 
 
+def test_an_embedding_that_is_not_the_lm_head_is_not_counted(tmp_path: Path) -> None:
+    from minisgl_core.testing.tiny import make_tiny_model
+
+    untied = make_tiny_model(tmp_path / "qwen2", "qwen2")  # an output.weight of its own
+    types = gguf_cache.gguf_weight_types(write_gguf(untied, tmp_path / "q.gguf", "Q8_0"))
+    # 2 layers x 7 matrices (73,728 weights) and the LM head [384 x 64]: no lookup table
+    assert types == {"Q8_0": [15, 73_728 + 384 * 64]}
+
+
 def test_an_hf_checkpoint_random_weights_and_another_device_get_none(
         tiny_dirs: dict[str, Path], q4_1: Path) -> None:
     hf = choose_quantization(tiny_dirs["llama"])
