@@ -1,5 +1,5 @@
 """An engine whose int4 layers run on int8 inputs (csrc/avx512/wo_int4_q8.c, and the 16-output
-panels of wo_int4_panels.c): it generates, and a layer through the C++ operator gives the rounded
+panels of wo_panels.c): it generates, and a layer through the C++ operator gives the rounded
 inputs' product."""
 
 from __future__ import annotations

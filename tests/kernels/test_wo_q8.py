@@ -1,7 +1,8 @@
-"""int4 weights against int8 inputs: the dot-product rows (csrc/avx512/wo_int4_q8.c, AVX2 or
-AVX512-VNNI) and the 16-output panels (csrc/avx512/wo_int4_panels.c, AVX512-VNNI), against the
-float64 product of the dequantized weight and the rounded inputs; the rounding's size against
-the inputs themselves, the fused residual, the Kernels around them and the kernel choice."""
+"""Weights against int8 inputs: int4's dot-product rows (csrc/avx512/wo_int4_q8.c, AVX2 or
+AVX512-VNNI) and int4's and int8's 16-output panels (csrc/avx512/wo_panels.c, AVX512-VNNI),
+against the float64 product of the dequantized weight and the rounded inputs; the rounding's
+size against the inputs themselves, the fused residual, the Kernels around them and the kernel
+choice."""
 
 from __future__ import annotations
 
@@ -11,12 +12,21 @@ import pytest
 import torch
 
 from minisgl_core.kernels.matmul.choice import candidates
-from minisgl_core.kernels.matmul.weight_only import Int4Weight, dequantize_int4, quantize_int4
+from minisgl_core.kernels.matmul.w8a8 import quantize_weight
+from minisgl_core.kernels.matmul.weight_only import (
+    Int4Weight,
+    Int8Weight,
+    dequantize_int4,
+    dequantize_int8,
+    quantize_int4,
+)
 from minisgl_core.kernels.matmul.wo_panels import (
     WeightOnlyPanels,
     from_panels,
+    int8_to_panels,
     panels_matmul,
     to_panels,
+    unpanel,
 )
 from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_matmul, q8_rows
 
@@ -33,25 +43,34 @@ ROWS = (1, 2, 3, 8, 17, 33, 64, 65)  # within a 4- or 8-row block, past it, seve
 _dot = q8_matmul
 
 
-def _panels(x: torch.Tensor, w: Int4Weight, residual: torch.Tensor | None = None,
+def _panels(x: torch.Tensor, w: Int4Weight | Int8Weight, residual: torch.Tensor | None = None,
             dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
-    return panels_matmul(x, to_panels(w), residual, dtype)
+    packed = to_panels(w) if isinstance(w, Int4Weight) else int8_to_panels(w)
+    return panels_matmul(x, packed, residual, dtype)
+
+
+def _int8(w: torch.Tensor) -> Int8Weight:
+    return Int8Weight(*quantize_weight(w))
 
 
 Matmul = Callable[..., torch.Tensor | None]
-KERNELS = [pytest.param(_dot, id="dot", marks=pytest.mark.skipif(
+needs_vnni = pytest.mark.skipif(not PANELS_HERE, reason="no AVX512-VNNI (or no native library)")
+# (the kernel's matmul on the scheme's weight, how that weight is made)
+KERNELS = [pytest.param(_dot, quantize_int4, id="int4-q8", marks=pytest.mark.skipif(
                not HERE, reason="no AVX2 here (or no native library)")),
-           pytest.param(_panels, id="panels", marks=pytest.mark.skipif(
-               not PANELS_HERE, reason="no AVX512-VNNI here (or no native library)"))]
+           pytest.param(_panels, quantize_int4, id="int4-panels", marks=needs_vnni),
+           pytest.param(_panels, _int8, id="int8-wo-panels", marks=needs_vnni)]
 
 
-@pytest.mark.parametrize("matmul", KERNELS)
+@pytest.mark.parametrize(("matmul", "quantize"), KERNELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_q8_equals_the_product_of_the_rounded_inputs(dtype: torch.dtype, matmul: Matmul) -> None:
+def test_q8_equals_the_product_of_the_rounded_inputs(
+        dtype: torch.dtype, matmul: Matmul, quantize: Callable[[torch.Tensor], object]) -> None:
     gen = torch.Generator().manual_seed(7)
     for out, inp in SHAPES:
-        packed = quantize_int4(torch.randn(out, inp, generator=gen) * 0.05)
-        ref_w = dequantize_int4(packed).double()
+        packed = quantize(torch.randn(out, inp, generator=gen) * 0.05)
+        ref_w = (dequantize_int4(packed) if isinstance(packed, Int4Weight)
+                 else dequantize_int8(packed)).double()
         for rows in ROWS:
             x = torch.randn(rows, inp, generator=gen).to(dtype)
             ref = q8_rows(x).double() @ ref_w.t()
@@ -78,9 +97,10 @@ def test_q8_rounds_each_group_of_inputs_to_127_steps() -> None:
     assert torch.equal(q8_rows(torch.zeros(2, 40)), torch.zeros(2, 40))  # no step: all zeros
 
 
-def test_panels_hold_the_int4_weight_unchanged() -> None:
+def test_panels_hold_the_weight_unchanged() -> None:
     for out, inp in ((37, 100), (16, 64), (5, 33)):
-        w = quantize_int4(torch.randn(out, inp, generator=torch.Generator().manual_seed(out)))
+        weight = torch.randn(out, inp, generator=torch.Generator().manual_seed(out))
+        w = quantize_int4(weight)
         p = to_panels(w)
         assert p.q.shape == (-(-out // 16), -(-inp // 32), 4, 16, 4) and p.out_features == out
         back = from_panels(p)
@@ -88,18 +108,25 @@ def test_panels_hold_the_int4_weight_unchanged() -> None:
         kernel = WeightOnlyPanels()
         padded = -(-out // 16) * 16 - out  # zero outputs fill the last panel
         assert kernel.nbytes(p) == kernel.nbytes(w) * (out + padded) // out
+        w8 = _int8(weight)
+        p8 = int8_to_panels(w8)
+        assert p8.q.shape == (-(-out // 16), -(-inp // 32) * 8, 16, 4)
+        back8 = unpanel(p8)
+        assert torch.equal(back8.q, w8.q) and torch.equal(back8.scale, w8.scale)
 
 
 @pytest.mark.parametrize("kernel", [
-    pytest.param(WeightOnlyQ8(), id="dot", marks=pytest.mark.skipif(not HERE, reason="no AVX2")),
-    pytest.param(WeightOnlyPanels(), id="panels",
-                 marks=pytest.mark.skipif(not PANELS_HERE, reason="no AVX512-VNNI"))])
+    pytest.param(WeightOnlyQ8(), id="int4-q8",
+                 marks=pytest.mark.skipif(not HERE, reason="no AVX2")),
+    pytest.param(WeightOnlyPanels(), id="int4-panels", marks=needs_vnni),
+    pytest.param(WeightOnlyPanels("int8-wo"), id="int8-wo-panels", marks=needs_vnni)])
 def test_q8_kernels_add_bias_and_residual(kernel: WeightOnlyQ8 | WeightOnlyPanels) -> None:
     gen = torch.Generator().manual_seed(8)
     packed = kernel.pack(torch.randn(37, 100, generator=gen))
-    w = from_panels(packed) if isinstance(kernel, WeightOnlyPanels) else packed
+    w = unpanel(packed) if isinstance(kernel, WeightOnlyPanels) else packed
     x, bias, res = (torch.randn(*s, generator=gen).bfloat16() for s in ((9, 100), (37,), (9, 37)))
-    plain = q8_rows(x) @ dequantize_int4(w).t()
+    deq = dequantize_int4(w) if isinstance(w, Int4Weight) else dequantize_int8(w)
+    plain = q8_rows(x) @ deq.t()
     for b in (None, bias):
         y = kernel.run(packed, x, b, res)
         ref = plain + res.float() + (0 if b is None else b.float())
@@ -113,10 +140,11 @@ def test_q8_kernels_are_offered_only_where_the_cpu_runs_them() -> None:
         assert WeightOnlyQ8().available(CPU, dtype) == HERE == ("int4-q8" in names)
         assert WeightOnlyPanels().available(CPU, dtype) == PANELS_HERE
         assert ("int4-panels" in names) == PANELS_HERE
-    assert not {"int4-q8", "int4-panels"} & {
-        k.name for k in candidates("gate_up", CPU, torch.float32, "int8-wo")}
+    int8_names = {k.name for k in candidates("gate_up", CPU, torch.float32, "int8-wo")}
+    assert "int4-q8" not in int8_names and ("int8-wo-panels" in int8_names) == PANELS_HERE
     assert PANELS_HERE <= HERE  # AVX512-VNNI implies AVX2
     w = quantize_int4(torch.randn(16, 64))
-    for matmul, here in ((_dot, HERE), (_panels, PANELS_HERE)):
+    for matmul, weight, here in ((_dot, w, HERE), (_panels, w, PANELS_HERE),
+                                 (_panels, _int8(torch.randn(16, 64)), PANELS_HERE)):
         if not here:  # the C entry point says no rather than run an instruction the CPU lacks
-            assert matmul(torch.randn(3, 64), w) is None
+            assert matmul(torch.randn(3, 64), weight) is None

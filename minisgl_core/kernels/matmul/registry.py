@@ -24,7 +24,7 @@ def fp32_kernels() -> list[Kernel]:
 
 def weight_only_kernels(scheme: str) -> list[Kernel]:
     """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
-    int8_inputs = [WeightOnlyPanels(scheme), WeightOnlyQ8(scheme)] if scheme == "int4" else []
+    int8_inputs = [WeightOnlyPanels(scheme), *([WeightOnlyQ8(scheme)] if scheme == "int4" else [])]
     return [WeightOnlyNative(scheme), *int8_inputs, WeightOnlyAmx(scheme),
             WeightOnlyGemm(scheme), WeightOnlyDequant(scheme)]
 

@@ -1,10 +1,11 @@
-"""int4 weights repacked at load into 16-output panels, against int8 inputs on AVX512-VNNI
-(csrc/avx512/wo_int4_panels.c): one layout and one kernel for every row count.
+"""int4 and int8 weights repacked at load into 16-output panels, against int8 inputs on
+AVX512-VNNI (csrc/avx512/wo_panels.c): one layout and one kernel for every row count.
 
-The panels hold the int4 scheme's very nibbles, scales and mins (so the same bytes), reordered
-so that 64 bytes hold 4 inputs' nibble pairs of 16 outputs: each weight byte is read once a
-call whatever the rows, a vpdpbusd multiplies 64 nibbles by 4 input bytes broadcast, and a
-panel's 16 sums are one vector's lanes. The inputs are rounded to int8 as ``wo_q8.q8_rows``
+The panels hold the scheme's very integers, scales and mins (so the same bytes), reordered so
+that 64 bytes hold 4 inputs of 16 outputs (int4: their nibble pairs, 8 inputs; int8: the bytes
+plus 128, vpdpbusd's unsigned side): each weight byte is read once a call whatever the rows, a
+vpdpbusd multiplies 64 weights by 4 input bytes broadcast, and a panel's 16 sums are one
+vector's lanes. The inputs are rounded to int8 as ``wo_q8.q8_rows``
 says. Being a layout of its own, the kernel choice weighs it against the int4 layout's kernels
 over every bucket at once (docs/design/kernels.md, 2.).
 """
@@ -15,11 +16,15 @@ from dataclasses import dataclass
 
 import torch
 
+from minisgl_core.kernels.matmul.w8a8 import quantize_weight
 from minisgl_core.kernels.matmul.weight_only import (
+    GROUP,
     PROFILE_NAMES,
     Int4Weight,
+    Int8Weight,
     WeightOnlyKernel,
     dequantize_int4,
+    dequantize_int8,
     fused_run,
     quantize_int4,
 )
@@ -69,7 +74,40 @@ def from_panels(p: Int4Panels) -> Int4Weight:
                       p.in_features)
 
 
-def panels_matmul(x: torch.Tensor, w: Int4Panels, residual: torch.Tensor | None = None,
+@dataclass(frozen=True)
+class Int8Panels:
+    """``q [panels, in_groups * 8, 16, 4]`` uint8 (dword k of lane l: output ``16 p + l``'s
+    inputs ``4k..4k+3``, plus 128; the inputs padded to whole groups of 32), ``scale
+    [panels * 16]`` fp32; outputs past ``out_features`` are zeros."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+    in_features: int
+    out_features: int
+
+
+def int8_to_panels(w: Int8Weight) -> Int8Panels:
+    """The int8 weight ``w`` reordered into panels (each integer plus 128)."""
+    out, inp = w.q.shape
+    pad_out, pad_in = -out % PANEL, -inp % GROUP
+    u = (w.q.to(torch.int16) + 128).to(torch.uint8)
+    u = torch.nn.functional.pad(u, (0, pad_in, 0, pad_out), value=128)  # the zero weight
+    panels, quads = u.shape[0] // PANEL, u.shape[1] // 4
+    q = u.view(panels, PANEL, quads, 4).permute(0, 2, 1, 3).contiguous()
+    return Int8Panels(q, torch.nn.functional.pad(w.scale.float(), (0, pad_out)).contiguous(),
+                      inp, out)
+
+
+def int8_from_panels(p: Int8Panels) -> Int8Weight:
+    """The int8 weight the panels hold (``int8_to_panels``'s inverse)."""
+    panels, quads = p.q.shape[:2]
+    u = p.q.permute(0, 2, 1, 3).reshape(panels * PANEL, quads * 4)
+    q = (u[:p.out_features, :p.in_features].to(torch.int16) - 128).to(torch.int8)
+    return Int8Weight(q.contiguous(), p.scale[:p.out_features].contiguous())
+
+
+def panels_matmul(x: torch.Tensor, w: Int4Panels | Int8Panels,
+                  residual: torch.Tensor | None = None,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
     """``q8_rows(x) [T, in] @ dequant(w).T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32 or
     bf16: summed in fp32, rounded once); x fp32 or bf16. None where the library or the CPU
@@ -81,27 +119,37 @@ def panels_matmul(x: torch.Tensor, w: Int4Panels, residual: torch.Tensor | None 
     rows, inp = x.shape
     res = None if residual is None else residual.to(dtype).contiguous()
     y = torch.empty(rows, w.out_features, dtype=dtype)
-    args = (x.data_ptr(), int(x.dtype == torch.bfloat16), rows, inp, w.q.data_ptr(),
-            w.scale.data_ptr(), w.min.data_ptr(), w.out_features, y.data_ptr(),
-            int(dtype == torch.bfloat16), None if res is None else res.data_ptr(),
-            torch.get_num_threads())
+    head = (x.data_ptr(), int(x.dtype == torch.bfloat16), rows, inp, w.q.data_ptr(),
+            w.scale.data_ptr())
+    tail = (w.out_features, y.data_ptr(), int(dtype == torch.bfloat16),
+            None if res is None else res.data_ptr(), torch.get_num_threads())
+    if isinstance(w, Int4Panels):
+        kernel, args = lib.wo_int4_panels, (*head, w.min.data_ptr(), *tail)
+    else:
+        kernel, args = lib.wo_int8_panels, (*head, *tail)
     if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
         with torch.profiler.record_function(PROFILE_NAMES[4]):
-            return y if lib.wo_int4_panels(*args) == 0 else None
-    return y if lib.wo_int4_panels(*args) == 0 else None
+            return y if kernel(*args) == 0 else None
+    return y if kernel(*args) == 0 else None
+
+
+def unpanel(p: Int4Panels | Int8Panels) -> Int4Weight | Int8Weight:
+    """The int4 or int8 weight some panels hold."""
+    return from_panels(p) if isinstance(p, Int4Panels) else int8_from_panels(p)
 
 
 class WeightOnlyPanels(WeightOnlyKernel):
-    """int4 weights in 16-output panels, inputs rounded to int8 at the call (CPU with
+    """int4 or int8 weights in 16-output panels, inputs rounded to int8 at the call (CPU with
     AVX512-VNNI, fp32 or bf16 inputs)."""
 
     def __init__(self, scheme: str = "int4") -> None:
-        assert scheme == "int4", "panels are an int4 layout"
         self.scheme = self.quantized = scheme
-        self.name = self.layout = "int4-panels"
+        self.name = self.layout = f"{scheme}-panels"
 
-    def pack(self, weight: torch.Tensor) -> Int4Panels:
-        return to_panels(quantize_int4(weight))
+    def pack(self, weight: torch.Tensor) -> Int4Panels | Int8Panels:
+        if self.scheme == "int4":
+            return to_panels(quantize_int4(weight))
+        return int8_to_panels(Int8Weight(*quantize_weight(weight)))
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
@@ -112,9 +160,11 @@ class WeightOnlyPanels(WeightOnlyKernel):
         y = panels_matmul(x, packed)
         if y is None:
             return False
-        want = q8_rows(x).double() @ dequantize_int4(from_panels(packed)).double().t()
+        w8 = unpanel(packed)
+        deq = dequantize_int4(w8) if isinstance(w8, Int4Weight) else dequantize_int8(w8)
+        want = q8_rows(x).double() @ deq.double().t()
         return torch.allclose(y.double(), want, rtol=1e-4, atol=1e-4)
 
-    def run(self, packed: Int4Panels, x: torch.Tensor, bias: torch.Tensor | None,
+    def run(self, packed: Int4Panels | Int8Panels, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
         return fused_run(panels_matmul, packed, x, bias, residual)

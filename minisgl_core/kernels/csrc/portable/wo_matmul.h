@@ -71,7 +71,7 @@ WO_HIDDEN int wo_int4_q8_avx2(const void *x, int x_bf16, int T, int in, const ui
                               int y_bf16, const void *residual, int threads);
 /* the rounding of wo_int4_q8's inputs, in order: T rows of x -> q [T][groups][32] int8, each
  * group's d and d sum(q) in d and ds [T][groups] (avx2/wo_int4_q8_avx2.c; the panels of
- * avx512/wo_int4_panels.c read the same) */
+ * avx512/wo_panels.c read the same) */
 WO_HIDDEN void wo_q8_prep_rows(const void *x, int x_bf16, int T, int in, int groups, int8_t *q,
                                float *d, float *ds);
 #endif

@@ -1,5 +1,5 @@
-/* int4 weights in 16-output panels against int8 inputs on AVX512-VNNI, for every row count: the
- * layout of ggml's repacked CPU weights, built once at load (wo_q8.py's ``panels``).
+/* int4 and int8 weights in 16-output panels against int8 inputs on AVX512-VNNI, for every row
+ * count: the layout of ggml's repacked CPU weights, built once at load (wo_panels.py).
  *
  * Panel p holds outputs 16p..16p+15 ([panels][groups][4][16][4] bytes): for group g, dword k of
  * lane l is output 16p + l's bytes 4k..4k+3 of the group (ggml's Q4_1 order: element j in the
@@ -35,6 +35,35 @@ static inline uint16_t round_bf16(float f) {  /* round to nearest even */
     union { float f; uint32_t u; } v = {.f = f};
     if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN */
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* rows t0..t0+nr of y at outputs o0..o0+n: the sums, plus the residual, in fp32 or rounded
+ * once to bf16 */
+INLP void store_rows(const __m512 *acc, int t0, int nr, int o0, int n, int out, void *y,
+                     int y_bf16, const void *residual) {
+    const __mmask16 live = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    for (int r = 0; r < nr; r++) {
+        int64_t at = (int64_t)(t0 + r) * out + o0;
+        if (y_bf16) {
+            float v[16];
+            _mm512_storeu_ps(v, acc[r]);
+            uint16_t *yr = (uint16_t *)y + at;
+            const uint16_t *rr = residual ? (const uint16_t *)residual + at : NULL;
+            for (int l = 0; l < n; l++) {
+                float f = v[l];
+                if (rr) {
+                    union { uint32_t u; float f; } b = {.u = (uint32_t)rr[l] << 16};
+                    f += b.f;
+                }
+                yr[l] = round_bf16(f);
+            }
+        } else {
+            __m512 v = acc[r];
+            if (residual)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, (const float *)residual + at));
+            _mm512_mask_storeu_ps((float *)y + at, live, v);
+        }
+    }
 }
 
 /* 4 input bytes of row r at quad k of group g, broadcast */
@@ -79,36 +108,55 @@ INLP void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, 
             acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(ds[at]), acc[r]);
         }
     }
-    const __mmask16 live = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-    for (int r = 0; r < nr; r++) {
-        int64_t at = (int64_t)(t0 + r) * out + o0;
-        if (y_bf16) {
-            float v[16];
-            _mm512_storeu_ps(v, acc[r]);
-            uint16_t *yr = (uint16_t *)y + at;
-            const uint16_t *rr = residual ? (const uint16_t *)residual + at : NULL;
-            for (int l = 0; l < n; l++) {
-                float f = v[l];
-                if (rr) {
-                    union { uint32_t u; float f; } b = {.u = (uint32_t)rr[l] << 16};
-                    f += b.f;
-                }
-                yr[l] = round_bf16(f);
-            }
-        } else {
-            __m512 v = acc[r];
-            if (residual)
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, (const float *)residual + at));
-            _mm512_mask_storeu_ps((float *)y + at, live, v);
-        }
-    }
+    store_rows(acc, t0, nr, o0, n, out, y, y_bf16, residual);
 }
 #undef XQ
 
-/* wo_int4_panels once the CPU is known to run it (no AVX-512 instruction may run before) */
-TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q,
-                  const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
-                  const void *residual, int threads) {
+/* The int8 panels: [panels][in / 4][16][4] bytes, w + 128 as u8 (vpdpbusd's unsigned side), a
+ * 32-input group of a panel in 8 vectors; scale fp32 [panels][16] per output. The offset comes
+ * back as 128 d sum(qx) per group, and the output's scale applies once at the end:
+ * y = s (sum_g d_g sum(u qx) - 128 sum_g d_g sum(qx)). */
+INLP void panel_rows_i8(const uint8_t *pw, const float *ps, int groups, const int8_t *xq,
+                        const float *d, const float *ds, int t0, const int nr, int o0, int n,
+                        int out, void *y, int y_bf16, const void *residual) {
+    __m512 acc[RB];
+    float offset[RB];
+    for (int r = 0; r < nr; r++) {
+        acc[r] = _mm512_setzero_ps();
+        offset[r] = 0.0f;
+        for (int g = 0; g < groups; g++) offset[r] += ds[(size_t)(t0 + r) * groups + g];
+    }
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *wg = pw + (size_t)g * 512;
+        for (int k = 0; k < 8; k++)
+            _mm_prefetch((const char *)(wg + PREFETCH_BYTES + 64 * k), _MM_HINT_T0);
+        __m512i a[RB], b[RB];
+        for (int r = 0; r < nr; r++) a[r] = b[r] = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k += 2) {
+            __m512i w0 = _mm512_loadu_si512((const void *)(wg + 64 * k));
+            __m512i w1 = _mm512_loadu_si512((const void *)(wg + 64 * (k + 1)));
+            for (int r = 0; r < nr; r++) {
+                const int8_t *xr = xq + ((size_t)(t0 + r) * groups + g) * 32 + 4 * k;
+                a[r] = _mm512_dpbusd_epi32(a[r], w0, _mm512_set1_epi32(*(const int32_t *)xr));
+                b[r] = _mm512_dpbusd_epi32(b[r], w1,
+                                           _mm512_set1_epi32(*(const int32_t *)(xr + 4)));
+            }
+        }
+        for (int r = 0; r < nr; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[r], b[r])),
+                                     _mm512_set1_ps(d[(size_t)(t0 + r) * groups + g]), acc[r]);
+    }
+    __m512 s = _mm512_loadu_ps(ps);
+    for (int r = 0; r < nr; r++)
+        acc[r] = _mm512_mul_ps(s, _mm512_sub_ps(acc[r], _mm512_set1_ps(128.0f * offset[r])));
+    store_rows(acc, t0, nr, o0, n, out, y, y_bf16, residual);
+}
+
+/* wo_int4_panels (mn given) or wo_int8_panels (mn NULL, scale fp32) once the CPU is known to
+ * run it (no AVX-512 instruction may run before) */
+TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, const void *scale,
+                  const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                  int threads) {
     int groups = (in + GROUP - 1) / GROUP, panels = (out + 15) / 16;
     size_t n = (size_t)T * groups;
     int8_t *xq = malloc(n * 32);
@@ -120,16 +168,27 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q,
     wo_q8_prep_rows(x, x_bf16, T, in, groups, xq, d, ds);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int p = 0; p < panels; p++) {
-        const uint8_t *pw = q + (size_t)p * groups * 256;
-        const uint16_t *ps = scale + (size_t)p * groups * 16, *pm = mn + (size_t)p * groups * 16;
         int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
         for (int t0 = 0; t0 < T; t0 += RB) {
-            switch (T - t0 < RB ? T - t0 : RB) {  /* a constant row count at each call */
+            int nr = T - t0 < RB ? T - t0 : RB;
+            if (mn == NULL) {
+                const uint8_t *pw = q + (size_t)p * groups * 512;
+                const float *ps = (const float *)scale + (size_t)p * 16;
+                switch (nr) {  /* a constant row count at each call */
+#define ROWS(k) case k: panel_rows_i8(pw, ps, groups, xq, d, ds, t0, k, o0, cols, out, y, \
+                                      y_bf16, residual); break;
+                ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
+#undef ROWS
+                }
+                continue;
+            }
+            const uint8_t *pw = q + (size_t)p * groups * 256;
+            const uint16_t *ps = (const uint16_t *)scale + (size_t)p * groups * 16;
+            const uint16_t *pm = mn + (size_t)p * groups * 16;
+            switch (nr) {
 #define ROWS(k) case k: panel_rows(pw, ps, pm, groups, xq, d, ds, t0, k, o0, cols, out, y, \
                                    y_bf16, residual); break;
-            ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7)
-            default: panel_rows(pw, ps, pm, groups, xq, d, ds, t0, RB, o0, cols, out, y,
-                                y_bf16, residual);
+            ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
 #undef ROWS
             }
         }
@@ -138,12 +197,22 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q,
     return 0;
 }
 
+static int vnni(void) {
+    static int has = -1;
+    if (has < 0) has = has_vnni();
+    return has;
+}
+
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                    const void *residual, int threads) {
-    static int has = -1;
-    if (has < 0) has = has_vnni();
-    return has ? run(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads) : -1;
+    return vnni() ? run(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads) : -1;
+}
+
+int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                   const float *scale, int out, void *y, int y_bf16, const void *residual,
+                   int threads) {
+    return vnni() ? run(x, x_bf16, T, in, q, scale, NULL, out, y, y_bf16, residual, threads) : -1;
 }
 #else
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
@@ -151,6 +220,14 @@ int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const void *residual, int threads) {
     (void)x; (void)x_bf16; (void)T; (void)in; (void)q; (void)scale; (void)mn; (void)out;
     (void)y; (void)y_bf16; (void)residual; (void)threads;
+    return -1;
+}
+
+int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                   const float *scale, int out, void *y, int y_bf16, const void *residual,
+                   int threads) {
+    (void)x; (void)x_bf16; (void)T; (void)in; (void)q; (void)scale; (void)out; (void)y;
+    (void)y_bf16; (void)residual; (void)threads;
     return -1;
 }
 #endif
