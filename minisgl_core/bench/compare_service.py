@@ -18,17 +18,19 @@ from minisgl_core.bench.peers import KV_CACHE_GIB, MAX_MODEL_LEN, PeerSpec
 from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
-# `--mode NAME`: the settings of one minisgl service per mode, measured side by side
+# `--mode NAME`: the settings of one minisgl service per mode, measured side by side. fp32 and
+# bf16 name the weights too: a GGUF is otherwise served in its own format (--quantization auto)
+NONE = "quantization=none"
 MODES = {"default": (),  # `minisgl launch` with no flags: what users get
-         "fp32": ("dtype=float32",), "bf16": ("dtype=bfloat16",), "int8": ("quantization=int8",),
-         "int8-wo": ("quantization=int8-wo",), "int4": ("quantization=int4",),
-         "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
+         "fp32": ("dtype=float32", NONE), "bf16": ("dtype=bfloat16", NONE),
+         "int8": ("quantization=int8",), "int8-wo": ("quantization=int8-wo",),
+         "int4": ("quantization=int4",), "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
          # the same weights with int8 KV pages (--kv-cache-dtype int8)
-         "fp32-kv-int8": ("dtype=float32", "kv_cache_dtype=int8"),
-         "bf16-kv-int8": ("dtype=bfloat16", "kv_cache_dtype=int8"),
+         "fp32-kv-int8": ("dtype=float32", NONE, "kv_cache_dtype=int8"),
+         "bf16-kv-int8": ("dtype=bfloat16", NONE, "kv_cache_dtype=int8"),
          # the batch-invariant kernels (--deterministic)
-         "fp32-deterministic": ("dtype=float32", "deterministic=true"),
-         "bf16-deterministic": ("dtype=bfloat16", "deterministic=true")}
+         "fp32-deterministic": ("dtype=float32", NONE, "deterministic=true"),
+         "bf16-deterministic": ("dtype=bfloat16", NONE, "deterministic=true")}
 
 
 def peer_limits(model_dir: str, launch_args: Sequence[str] = ()) -> dict[str, int]:
