@@ -6,9 +6,11 @@ The step time is the median of unprofiled decode steps. The split comes from tor
 as many profiled steps: every op's self CPU time goes to the group of the op at the top of its
 call tree (``aten::rms_norm``'s inner ``pow``, ``mean`` and casts are norm time, a top-level
 ``aten::to`` is a dtype conversion), groups named by op in ``GROUPS``; "python/dispatch" is the
-profiled step's wall time that no op accounts for (the interpreter, the engine's bookkeeping,
-torch's dispatch). The profiler slows every op a little, so each part is its share of the profiled
-step times the unprofiled step: the parts add up to the step. The weight-bytes time is the packed
+unprofiled step's time that no op accounts for (the interpreter, the engine's bookkeeping,
+torch's dispatch). The profiler costs about the same for every op it records, so the profiled
+step's time beyond the unprofiled one comes out of each group by its number of events (and of
+python/dispatch by its calls): the parts add up to the step, and are estimates within that
+cost (a microsecond or two an op on a 2-core Zen 4). The weight-bytes time is the packed
 matmul weights (``ceilings.model_cost``) over the read bandwidth measured in the same run; the
 matmul group's time beyond it is what the kernels spend on anything but streaming weights.
 """
@@ -70,16 +72,19 @@ GROUP_OF = {op: group for group, ops in GROUPS.items() for op in ops}
 @contextlib.contextmanager
 def _labelled() -> Iterator[None]:
     """While profiling, the decoder's RMSNorm runs under a profiler label: its ops are generic
-    ones (mul, sum, to) that would otherwise land in other groups. The label's cost is the
-    profiler's own, taken out with the rest (see the module's docstring)."""
+    ones (mul, sum, to) that would otherwise land in other groups. The label is one more event
+    of the profiler's, taken out with the rest (see the module's docstring)."""
     import torch
 
     from minisgl_core.engine.models import decoder
 
     norm = decoder.rms_norm
 
+    # the C++ label inductor uses: about 1 us under the profiler, record_function's is 8
+    label = getattr(torch._C._profiler, "_RecordFunctionFast", torch.profiler.record_function)
+
     def labelled(*args: Any) -> torch.Tensor:
-        with torch.profiler.record_function(NORM):
+        with label(NORM):
             return norm(*args)
 
     decoder.rms_norm = labelled  # the forward looks it up at each call
@@ -96,18 +101,38 @@ def _root(event: Any) -> Any:
     return event
 
 
-def split_ops(events: Any, steps: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Milliseconds per step by group, and by top-level op name for the ops in no group."""
+def split_ops(events: Any, steps: int
+              ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Per step: milliseconds by group, events by group (the top-level ones as ``PYTHON``: a
+    call from Python each), and milliseconds by top-level op name for the ops in no group."""
     groups = dict.fromkeys([*GROUPS, OTHER], 0.0)
+    counts = dict.fromkeys([*GROUPS, OTHER, PYTHON], 0.0)
     others: dict[str, float] = {}
     for e in events:
         ms = e.self_cpu_time_total / 1e3 / steps
-        root = _root(e).name
-        group = GROUP_OF.get(root, OTHER)
+        root = _root(e)
+        group = GROUP_OF.get(root.name, OTHER)
         groups[group] += ms
+        counts[group] += 1 / steps
+        if root is e:
+            counts[PYTHON] += 1 / steps
         if group == OTHER:
-            others[root] = others.get(root, 0.0) + ms
-    return groups, others
+            others[root.name] = others.get(root.name, 0.0) + ms
+    return groups, counts, others
+
+
+def unprofiled(groups: dict[str, float], counts: dict[str, float], profiled_ms: float,
+               wall_ms: float) -> dict[str, float]:
+    """The parts of an unprofiled step of ``wall_ms``: the profiler's cost (the profiled step's
+    time beyond ``wall_ms``) is taken out of each group by its events, and python/dispatch is
+    what the groups leave of the step (scaled down, when they would leave less than nothing)."""
+    per_event = max(0.0, profiled_ms - wall_ms) / max(sum(counts.values()), 1.0)
+    parts = {g: max(0.0, ms - per_event * counts[g]) for g, ms in groups.items()}
+    ops = sum(parts.values())
+    if ops > wall_ms:
+        parts = {g: ms * wall_ms / ops for g, ms in parts.items()}
+    parts[PYTHON] = max(0.0, wall_ms - sum(parts.values()))
+    return parts
 
 
 def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8, top: int = 0,
@@ -142,14 +167,11 @@ def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8, top: i
         for _ in range(steps):
             engine.step()
         profiled_ms = (time.perf_counter() - start) * 1e3 / steps
-    groups, others = split_ops(prof.events(), steps)
+    groups, counts, others = split_ops(prof.events(), steps)
     for _ in engine.run_until_idle():  # finish the profiled requests
         pass
     wall = statistics.median(walls)
-    ops_ms = sum(groups.values())
-    groups[PYTHON] = max(0.0, profiled_ms - ops_ms)
-    scale = wall / max(profiled_ms, ops_ms)  # the profiler's own cost spread over the parts
-    parts = {k: v * scale for k, v in groups.items()}
+    parts = unprofiled(groups, counts, profiled_ms, wall)
     weight_bytes = model_cost(engine.model).weight_bytes
     if read_gb_s > 0:
         matmul = parts.pop("matmul")

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from minisgl_core.bench.ceilings import model_cost
-from minisgl_core.bench.profile import GROUPS, OTHER, PYTHON, format_profile, profile_decode
+from minisgl_core.bench.profile import (
+    GROUPS,
+    OTHER,
+    PYTHON,
+    format_profile,
+    profile_decode,
+    unprofiled,
+)
 from minisgl_core.engine.engine import Engine
 
 PROMPTS = [[1, 5, 9, 13, 17], [2, 6, 10], [3, 7, 11, 15], [4, 8]]
@@ -74,3 +81,20 @@ def test_the_table_has_a_row_per_part_and_a_column_per_batch(
     step_cells = rows[-1].strip("| ").split(" | ")[1:]
     assert [float(c.strip("*")) for c in step_cells] == pytest.approx(
         [r["step_ms"] for r in reports], abs=0.006)
+
+
+def test_the_profilers_cost_comes_out_of_each_group_by_its_events() -> None:
+    # profiled 12 ms, unprofiled 9: 3 ms over 3,000 events is 1 us an event
+    groups = {"matmul": 6.0, "norms": 1.5}
+    counts = {"matmul": 300.0, "norms": 1_000.0, PYTHON: 1_700.0}
+    parts = unprofiled(groups, counts, profiled_ms=12.0, wall_ms=9.0)
+    assert parts["matmul"] == pytest.approx(5.7)
+    assert parts["norms"] == pytest.approx(0.5)
+    assert parts[PYTHON] == pytest.approx(9.0 - 6.2)
+    # groups that would leave python/dispatch less than nothing are scaled to the step
+    tight = unprofiled({"matmul": 9.0, "norms": 3.0},
+                       {"matmul": 1.0, "norms": 1.0, PYTHON: 1_000.0}, 12.0, 6.0)
+    assert tight["matmul"] == pytest.approx(4.5, rel=1e-3)
+    assert tight["norms"] == pytest.approx(1.5, rel=1e-2)
+    assert sum(tight.values()) == pytest.approx(6.0)
+    assert tight[PYTHON] == pytest.approx(0.0, abs=1e-9)
