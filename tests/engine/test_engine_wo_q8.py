@@ -24,7 +24,7 @@ needs_q8 = pytest.mark.skipif(not WeightOnlyQ8().available(torch.device("cpu"), 
     ("int4-q8", "float32"),
     pytest.param("int4-panels", "bfloat16", marks=pytest.mark.skipif(
         not WeightOnlyPanels().available(torch.device("cpu"), torch.float32),
-        reason="no AVX512-VNNI here (or no native library)"))])
+        reason="no AVX2 here (or no native library)"))])
 def test_an_engine_generates_on_int8_inputs(tiny_models, monkeypatch, kernel: str,
                                             dtype: str) -> None:
     model = resolve(str(tiny_models["llama"]))

@@ -1,5 +1,5 @@
-"""Weights against int8 inputs: int4's dot-product rows (csrc/avx512/wo_int4_q8.c, AVX2 or
-AVX512-VNNI) and int4's and int8's 16-output panels (csrc/avx512/wo_panels.c, AVX512-VNNI),
+"""Weights against int8 inputs: int4's dot-product rows (csrc/avx512/wo_int4_q8.c) and 16-output
+panels (csrc/avx512/wo_panels.c), AVX2 or AVX512-VNNI, and int8's panels (AVX512-VNNI),
 against the float64 product of the dequantized weight and the rounded inputs; the rounding's
 size against the inputs themselves, the fused residual, the Kernels around them and the kernel
 choice."""
@@ -32,7 +32,8 @@ from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_matmul, q8_rows
 
 CPU = torch.device("cpu")
 HERE = WeightOnlyQ8().available(CPU, torch.float32)
-PANELS_HERE = WeightOnlyPanels().available(CPU, torch.float32)  # AVX512-VNNI only
+PANELS_HERE = WeightOnlyPanels().available(CPU, torch.float32)  # AVX2 or AVX512-VNNI
+INT8_PANELS_HERE = WeightOnlyPanels("int8-wo").available(CPU, torch.float32)  # AVX512-VNNI
 # (out, in): the default model's q/k/v, gate/up and down, and odd widths: outputs that fill no
 # 16-output panel, a partial int4 group, a block of fewer than four groups, one group and less
 SHAPES = [(960, 576), (3072, 576), (576, 1536), (37, 100), (49, 31), (5, 33), (23, 300),
@@ -54,11 +55,13 @@ def _int8(w: torch.Tensor) -> Int8Weight:
 
 
 Matmul = Callable[..., torch.Tensor | None]
-needs_vnni = pytest.mark.skipif(not PANELS_HERE, reason="no AVX512-VNNI (or no native library)")
+needs_panels = pytest.mark.skipif(not PANELS_HERE, reason="no AVX2 (or no native library)")
+needs_vnni = pytest.mark.skipif(not INT8_PANELS_HERE,
+                                reason="no AVX512-VNNI (or no native library)")
 # (the kernel's matmul on the scheme's weight, how that weight is made)
 KERNELS = [pytest.param(_dot, quantize_int4, id="int4-q8", marks=pytest.mark.skipif(
                not HERE, reason="no AVX2 here (or no native library)")),
-           pytest.param(_panels, quantize_int4, id="int4-panels", marks=needs_vnni),
+           pytest.param(_panels, quantize_int4, id="int4-panels", marks=needs_panels),
            pytest.param(_panels, _int8, id="int8-wo-panels", marks=needs_vnni)]
 
 
@@ -118,7 +121,7 @@ def test_panels_hold_the_weight_unchanged() -> None:
 @pytest.mark.parametrize("kernel", [
     pytest.param(WeightOnlyQ8(), id="int4-q8",
                  marks=pytest.mark.skipif(not HERE, reason="no AVX2")),
-    pytest.param(WeightOnlyPanels(), id="int4-panels", marks=needs_vnni),
+    pytest.param(WeightOnlyPanels(), id="int4-panels", marks=needs_panels),
     pytest.param(WeightOnlyPanels("int8-wo"), id="int8-wo-panels", marks=needs_vnni)])
 def test_q8_kernels_add_bias_and_residual(kernel: WeightOnlyQ8 | WeightOnlyPanels) -> None:
     gen = torch.Generator().manual_seed(8)
@@ -141,10 +144,10 @@ def test_q8_kernels_are_offered_only_where_the_cpu_runs_them() -> None:
         assert WeightOnlyPanels().available(CPU, dtype) == PANELS_HERE
         assert ("int4-panels" in names) == PANELS_HERE
     int8_names = {k.name for k in candidates("gate_up", CPU, torch.float32, "int8-wo")}
-    assert "int4-q8" not in int8_names and ("int8-wo-panels" in int8_names) == PANELS_HERE
-    assert PANELS_HERE <= HERE  # AVX512-VNNI implies AVX2
+    assert "int4-q8" not in int8_names and ("int8-wo-panels" in int8_names) == INT8_PANELS_HERE
+    assert INT8_PANELS_HERE <= PANELS_HERE == HERE  # AVX512-VNNI implies AVX2
     w = quantize_int4(torch.randn(16, 64))
     for matmul, weight, here in ((_dot, w, HERE), (_panels, w, PANELS_HERE),
-                                 (_panels, _int8(torch.randn(16, 64)), PANELS_HERE)):
+                                 (_panels, _int8(torch.randn(16, 64)), INT8_PANELS_HERE)):
         if not here:  # the C entry point says no rather than run an instruction the CPU lacks
             assert matmul(torch.randn(3, 64), weight) is None

@@ -47,13 +47,13 @@ int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                const void *residual, int threads);
 /* the same products on int4 weights repacked at load into 16-output panels (q [panels][groups]
- * [4][16][4] bytes, scale and mn fp16 [panels][groups][16]), any row count, AVX512-VNNI
+ * [4][16][4] bytes, scale and mn fp16 [panels][groups][16]), any row count, AVX512-VNNI or AVX2
  * (wo_panels.c); 0 done, -1 not on this CPU */
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                    const void *residual, int threads);
-/* int8 weights the same way: q [panels][groups x 8][16][4] bytes, w + 128, scale fp32 [panels][16]
- * (one per output) */
+/* int8 weights the same way (AVX512-VNNI only): q [panels][groups x 8][16][4] bytes, w + 128,
+ * scale fp32 [panels][16] (one per output) */
 int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const float *scale, int out, void *y, int y_bf16, const void *residual,
                    int threads);

@@ -1,5 +1,6 @@
 """int4 and int8 weights repacked at load into 16-output panels, against int8 inputs on
-AVX512-VNNI (csrc/avx512/wo_panels.c): one layout and one kernel for every row count.
+AVX512-VNNI (csrc/avx512/wo_panels.c; int4 also on AVX2, csrc/avx2/wo_panels_avx2.c): one
+layout and one kernel for every row count.
 
 The panels hold the scheme's very integers, scales and mins (so the same bytes), reordered so
 that 64 bytes hold 4 inputs of 16 outputs (int4: their nibble pairs, 8 inputs; int8: the bytes
@@ -140,7 +141,7 @@ def unpanel(p: Int4Panels | Int8Panels) -> Int4Weight | Int8Weight:
 
 class WeightOnlyPanels(WeightOnlyKernel):
     """int4 or int8 weights in 16-output panels, inputs rounded to int8 at the call (CPU with
-    AVX512-VNNI, fp32 or bf16 inputs)."""
+    AVX512-VNNI, or AVX2 for int4; fp32 or bf16 inputs)."""
 
     def __init__(self, scheme: str = "int4") -> None:
         self.scheme = self.quantized = scheme

@@ -1,5 +1,6 @@
-/* int4 and int8 weights in 16-output panels against int8 inputs on AVX512-VNNI, for every row
- * count: the layout of ggml's repacked CPU weights, built once at load (wo_panels.py).
+/* int4 and int8 weights in 16-output panels against int8 inputs on AVX512-VNNI (int4 also on
+ * AVX2: avx2/wo_panels_avx2.c), for every row count: the layout of ggml's repacked CPU weights,
+ * built once at load (wo_panels.py).
  *
  * Panel p holds outputs 16p..16p+15 ([panels][groups][4][16][4] bytes): for group g, dword k of
  * lane l is output 16p + l's bytes 4k..4k+3 of the group (ggml's Q4_1 order: element j in the
@@ -206,7 +207,8 @@ static int vnni(void) {
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                    const void *residual, int threads) {
-    return vnni() ? run(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads) : -1;
+    if (vnni()) return run(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads);
+    return wo_int4_panels_avx2(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads);
 }
 
 int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,

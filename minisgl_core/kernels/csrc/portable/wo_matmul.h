@@ -72,6 +72,10 @@ WO_HIDDEN int wo_int4_q8_avx2(const void *x, int x_bf16, int T, int in, const ui
 /* the rounding of wo_int4_q8's inputs, in order: T rows of x -> q [T][groups][32] int8, each
  * group's d and d sum(q) in d and ds [T][groups] (avx2/wo_int4_q8_avx2.c; the panels of
  * avx512/wo_panels.c read the same) */
+/* wo_int4_panels on AVX2 (avx2/wo_panels_avx2.c): 0 done, -1 no AVX2 here (or no memory) */
+WO_HIDDEN int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                                  const uint16_t *scale, const uint16_t *mn, int out, void *y,
+                                  int y_bf16, const void *residual, int threads);
 WO_HIDDEN void wo_q8_prep_rows(const void *x, int x_bf16, int T, int in, int groups, int8_t *q,
                                float *d, float *ds);
 #endif

@@ -1,0 +1,123 @@
+/* int4 panels (avx512/wo_panels.c's layout) against int8 inputs on AVX2, for CPUs without
+ * AVX512-VNNI: each 64-byte vector of a group's panel is two halves of 8 outputs; vpmaddubsw
+ * multiplies a half's nibbles by 4 input bytes broadcast and sums pairs (at most 2 x 15 x 127:
+ * no saturation), vpmaddwd sums the pairs' pairs, so each dword lane holds one output's 4
+ * products, as vpdpbusd gives them.
+ */
+#include "../portable/wo_matmul.h"
+#include <stdlib.h>
+
+#include "../cpu_features.h"
+
+#define RB 4  /* input rows a register block: 2 halves x (2 int + 1 fp32) accumulators a row */
+
+#ifdef HAVE_X86
+#include <immintrin.h>
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define INL2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+static inline uint16_t to_bf16(float f) {  /* round to nearest even */
+    union { float f; uint32_t u; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN */
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* the 8 int32 products-of-four of nibbles w (8 outputs x 4 bytes) and 4 input bytes x */
+INL2 __m256i dot4(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+INL2 void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, int groups,
+                     const int8_t *xq, const float *d, const float *ds, int t0, const int nr,
+                     int o0, int n, int out, void *y, int y_bf16, const void *residual) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[RB][2];
+    for (int r = 0; r < nr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *wg = pw + (size_t)g * 256;
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(wg + PREFETCH_BYTES + 192), _MM_HINT_T0);
+        __m256i sums[RB][2];
+        for (int r = 0; r < nr; r++) sums[r][0] = sums[r][1] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++) {
+            for (int h = 0; h < 2; h++) {  /* outputs 8h .. 8h + 7 */
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(wg + 64 * k + 32 * h));
+                __m256i lo = _mm256_and_si256(raw, low4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi32(raw, 4), low4);
+                for (int r = 0; r < nr; r++) {
+                    const int8_t *xr = xq + ((size_t)(t0 + r) * groups + g) * 32;
+                    __m256i a = dot4(lo, _mm256_set1_epi32(*(const int32_t *)(xr + 4 * k)));
+                    __m256i b = dot4(hi, _mm256_set1_epi32(*(const int32_t *)(xr + 16 + 4 * k)));
+                    sums[r][h] = _mm256_add_epi32(sums[r][h], _mm256_add_epi32(a, b));
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + (size_t)g * 16 + 8 * h)));
+            __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pm + (size_t)g * 16 + 8 * h)));
+            for (int r = 0; r < nr; r++) {
+                size_t at = (size_t)(t0 + r) * groups + g;
+                acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r][h]),
+                                            _mm256_mul_ps(s, _mm256_set1_ps(d[at])), acc[r][h]);
+                acc[r][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(ds[at]), acc[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        float v[16];
+        _mm256_storeu_ps(v, acc[r][0]);
+        _mm256_storeu_ps(v + 8, acc[r][1]);
+        int64_t at = (int64_t)(t0 + r) * out + o0;
+        for (int l = 0; l < n; l++) {
+            float f = v[l];
+            if (y_bf16) {
+                if (residual) {
+                    union { uint32_t u; float f; } b = {
+                        .u = (uint32_t)((const uint16_t *)residual)[at + l] << 16};
+                    f += b.f;
+                }
+                ((uint16_t *)y)[at + l] = to_bf16(f);
+            } else {
+                ((float *)y)[at + l] = residual ? f + ((const float *)residual)[at + l] : f;
+            }
+        }
+    }
+}
+
+WO_HIDDEN T2 int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                                     const uint16_t *scale, const uint16_t *mn, int out, void *y,
+                                     int y_bf16, const void *residual, int threads) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c") || !cpu_feature_allowed("avx2"))
+        return -1;
+    int groups = (in + GROUP - 1) / GROUP, panels = (out + 15) / 16;
+    size_t n = (size_t)T * groups;
+    int8_t *xq = malloc(n * 32);
+    float *d = malloc(n * sizeof(float)), *ds = malloc(n * sizeof(float));
+    if (xq == NULL || d == NULL || ds == NULL) {
+        free(xq); free(d); free(ds);
+        return -1;
+    }
+    wo_q8_prep_rows(x, x_bf16, T, in, groups, xq, d, ds);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int p = 0; p < panels; p++) {
+        const uint8_t *pw = q + (size_t)p * groups * 256;
+        const uint16_t *ps = scale + (size_t)p * groups * 16, *pm = mn + (size_t)p * groups * 16;
+        int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
+        for (int t0 = 0; t0 < T; t0 += RB) {
+            switch (T - t0 < RB ? T - t0 : RB) {  /* a constant row count at each call */
+#define ROWS(k) case k: panel_rows(pw, ps, pm, groups, xq, d, ds, t0, k, o0, cols, out, y, \
+                                   y_bf16, residual); break;
+            ROWS(1) ROWS(2) ROWS(3) ROWS(4)
+#undef ROWS
+            }
+        }
+    }
+    free(xq); free(d); free(ds);
+    return 0;
+}
+#endif
