@@ -40,15 +40,10 @@ int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint1
 int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
                          int a, int b, uint16_t *out, int threads);
 
-/* int4 against int8 inputs (each row quantized in groups of 32 inputs) on AVX512-VNNI's dot
- * product, else AVX2's (wo_int4_q8.c); x, y and residual (or NULL) fp32, or bf16 with x_bf16 /
- * y_bf16; 0 done, -1 not on this CPU */
-int wo_int4_q8(const void *x, int x_bf16, int T, int in, const uint8_t *q,
-               const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
-               const void *residual, int threads);
-/* the same products on int4 weights repacked at load into 16-output panels (q [panels][groups]
- * [4][16][4] bytes, scale and mn fp16 [panels][groups][16]), any row count, AVX512-VNNI or AVX2
- * (wo_panels.c); 0 done, -1 not on this CPU */
+/* int4 weights repacked at load into 16-output panels (q [panels][groups][4][16][4] bytes,
+ * scale and mn fp16 [panels][groups][16]) against int8 inputs (each row rounded in groups of 32
+ * inputs), any row count, on AVX512-VNNI's dot product or AVX2's (wo_panels.c); x, y and
+ * residual (or NULL) fp32, or bf16 with x_bf16 / y_bf16; 0 done, -1 not on this CPU */
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                    const void *residual, int threads);

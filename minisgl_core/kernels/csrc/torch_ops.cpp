@@ -41,7 +41,7 @@ constexpr int64_t kBucketTop[kBuckets - 1] = MINISGL_BUCKET_TOP;
 constexpr int64_t kTileElems = MINISGL_TILE_ELEMS;
 
 enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
-                  Int8WOGemm, Int4Gemm, Int4Q8, Int4Panels, Int8WOPanels, Int8WODequant, Int4Dequant };
+                  Int8WOGemm, Int4Gemm, Int4Panels, Int8WOPanels, Int8WODequant, Int4Dequant };
 
 Kind kind_of(const std::string &name) {
     static const std::unordered_map<std::string, Kind> kinds = {
@@ -51,8 +51,8 @@ Kind kind_of(const std::string &name) {
         {"int8-wo", Kind::Int8WO},
         {"int4", Kind::Int4},            {"int8-wo-amx", Kind::Int8WOAmx},
         {"int4-amx", Kind::Int4Amx},     {"int8-wo-gemm", Kind::Int8WOGemm},
-        {"int4-gemm", Kind::Int4Gemm},   {"int4-q8", Kind::Int4Q8},
-        {"int4-panels", Kind::Int4Panels},  {"int8-wo-panels", Kind::Int8WOPanels},
+        {"int4-gemm", Kind::Int4Gemm},   {"int4-panels", Kind::Int4Panels},
+        {"int8-wo-panels", Kind::Int8WOPanels},
         {"int8-wo-dequant", Kind::Int8WODequant},
         {"int4-dequant", Kind::Int4Dequant}};
     auto it = kinds.find(name);
@@ -191,11 +191,11 @@ at::Tensor gemm(const Entry &e, const at::Tensor &x_in, const std::optional<at::
     return fused ? y : add_into(y, e.bias, residual);
 }
 
-// fp32 or bf16 rows quantized to int8 against int4 weights on AVX512-VNNI or AVX2 (wo_int4_q8.c,
-// wo_q8.py's WeightOnlyQ8), or against int4 or int8 weights in 16-output panels on AVX512-VNNI
-// (wo_panels.c, wo_panels.py's WeightOnlyPanels): y in x's dtype, a residual without a bias
-// summed in the kernel. The kernel choice offers each only where the CPU runs it.
-at::Tensor int8_inputs(const Entry &e, const at::Tensor &x_in,
+// fp32 or bf16 rows rounded to int8 against int4 or int8 weights in 16-output panels on
+// AVX512-VNNI or AVX2 (wo_panels.c, wo_panels.py's WeightOnlyPanels): y in x's dtype, a
+// residual without a bias summed in the kernel. The kernel choice offers each only where the
+// CPU runs it.
+at::Tensor panels(const Entry &e, const at::Tensor &x_in,
                        const std::optional<at::Tensor> &residual, Kind kind) {
     bool bf16 = x_in.scalar_type() == at::kBFloat16;
     at::Tensor x = bf16 ? x_in.contiguous() : x_in.to(at::kFloat).contiguous();
@@ -212,10 +212,10 @@ at::Tensor int8_inputs(const Entry &e, const at::Tensor &x_in,
     } else {
         const auto *scale = reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr());
         const auto *mn = reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr());
-        done = (kind == Kind::Int4Panels ? wo_int4_panels : wo_int4_q8)(
-            x.data_ptr(), bf16, rows, in, q, scale, mn, out, y.data_ptr(), bf16, res, threads);
+        done = wo_int4_panels(x.data_ptr(), bf16, rows, in, q, scale, mn, out, y.data_ptr(), bf16,
+                              res, threads);
     }
-    TORCH_CHECK(done == 0, "minisgl: the int8-input kernel could not run here (or no memory)");
+    TORCH_CHECK(done == 0, "minisgl: the panel kernel could not run here (or no memory)");
     if (x_in.scalar_type() != x.scalar_type()) y = y.to(x_in.scalar_type());
     return fused ? y : add_into(y, e.bias, residual);
 }
@@ -295,9 +295,8 @@ at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &r
     case Kind::Int4Amx: return amx(*e, x, residual);
     case Kind::Int8WOGemm:
     case Kind::Int4Gemm: return gemm(*e, x, residual);
-    case Kind::Int4Q8:
     case Kind::Int4Panels:
-    case Kind::Int8WOPanels: return int8_inputs(*e, x, residual, e->kind[b]);
+    case Kind::Int8WOPanels: return panels(*e, x, residual, e->kind[b]);
     default: return dequant_mm(*e, x, residual);
     }
 }

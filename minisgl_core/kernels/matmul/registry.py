@@ -14,7 +14,6 @@ from minisgl_core.kernels.matmul.weight_only import (
 )
 from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
 from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels
-from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8
 
 
 def fp32_kernels() -> list[Kernel]:
@@ -24,8 +23,7 @@ def fp32_kernels() -> list[Kernel]:
 
 def weight_only_kernels(scheme: str) -> list[Kernel]:
     """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
-    int8_inputs = [WeightOnlyPanels(scheme), *([WeightOnlyQ8(scheme)] if scheme == "int4" else [])]
-    return [WeightOnlyNative(scheme), *int8_inputs, WeightOnlyAmx(scheme),
+    return [WeightOnlyNative(scheme), WeightOnlyPanels(scheme), WeightOnlyAmx(scheme),
             WeightOnlyGemm(scheme), WeightOnlyDequant(scheme)]
 
 

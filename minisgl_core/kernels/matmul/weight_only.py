@@ -39,7 +39,7 @@ GROUP = 32  # inputs per int4 group (fixed in csrc/portable/wo_matmul.h)
 SYMMETRIC = False
 # what torch.profiler calls the native kernels' time (bench/profile.py counts it as matmul)
 PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4", "minisgl::wo_amx", "minisgl::wo_gemm",
-                 "minisgl::wo_q8")
+                 "minisgl::wo_panels")
 TILE_ELEMS = 1 << 20  # weights dequantized at a time by the *-dequant kernels (4 MB in fp32)
 
 

@@ -6,9 +6,10 @@ The panels hold the scheme's very integers, scales and mins (so the same bytes),
 that 64 bytes hold 4 inputs of 16 outputs (int4: their nibble pairs, 8 inputs; int8: the bytes
 plus 128, vpdpbusd's unsigned side): each weight byte is read once a call whatever the rows, a
 vpdpbusd multiplies 64 weights by 4 input bytes broadcast, and a panel's 16 sums are one
-vector's lanes. The inputs are rounded to int8 as ``wo_q8.q8_rows``
-says. Being a layout of its own, the kernel choice weighs it against the int4 layout's kernels
-over every bucket at once (docs/design/kernels.md, 2.).
+vector's lanes. The inputs are rounded at the call, in groups of 32: ``d = max|x| / 127``,
+``qx = round(x / d)`` (ggml's Q8_1, which its Q4_1 and Q8_0 dot products use too). Being a
+layout of its own, the kernel choice weighs it against the scheme's other layout over every
+bucket at once (docs/design/kernels.md, 2.).
 """
 
 from __future__ import annotations
@@ -29,10 +30,23 @@ from minisgl_core.kernels.matmul.weight_only import (
     fused_run,
     quantize_int4,
 )
-from minisgl_core.kernels.matmul.wo_q8 import q8_rows
 from minisgl_core.kernels.native import library as native
 
 PANEL = 16  # outputs a panel
+
+
+def q8_rows(x: torch.Tensor) -> torch.Tensor:
+    """What the panel kernels compute with in place of ``x [T, in]``: each row's groups of
+    GROUP inputs rounded to ``qx * d`` as csrc/avx2/wo_panels_avx2.c rounds them (fp32
+    arithmetic, ties to even); fp32 ``[T, in]``."""
+    rows, inp = x.shape
+    groups = -(-inp // GROUP)
+    g = torch.nn.functional.pad(x.float(), (0, groups * GROUP - inp)).view(rows, groups, GROUP)
+    amax = g.abs().amax(2, keepdim=True)
+    # 127 / amax as a division (``127.0 / tensor`` is a reciprocal times 127, rounded twice)
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros(()))
+    q = torch.round(g * inv).clamp_(-127, 127)
+    return (q * (amax / 127.0)).flatten(1)[:, :inp]
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
  * AVX512-VNNI: each 64-byte vector of a group's panel is two halves of 8 outputs; vpmaddubsw
  * multiplies a half's nibbles by 4 input bytes broadcast and sums pairs (at most 2 x 15 x 127:
  * no saturation), vpmaddwd sums the pairs' pairs, so each dword lane holds one output's 4
- * products, as vpdpbusd gives them.
+ * products, as vpdpbusd gives them. Also the rounding of the inputs that both read
+ * (wo_q8_prep_rows): a row's groups of 32 in order, as int8, with each group's d and d sum(q).
  */
 #include "../portable/wo_matmul.h"
 #include <stdlib.h>
@@ -21,6 +22,67 @@ static inline uint16_t to_bf16(float f) {  /* round to nearest even */
     union { float f; uint32_t u; } v = {.f = f};
     if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN */
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* 8 inputs from p (fp32 or bf16), the first n of them; zeros after */
+INL2 __m256 load8(const void *p, int bf16, int n) {
+    if (n >= 8) {
+        if (!bf16) return _mm256_loadu_ps(p);
+        __m128i h = _mm_loadu_si128((const __m128i *)p);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    float tmp[8] = {0};
+    for (int i = 0; i < n; i++) {
+        if (!bf16) { tmp[i] = ((const float *)p)[i]; continue; }
+        union { uint32_t u; float f; } v = {.u = (uint32_t)((const uint16_t *)p)[i] << 16};
+        tmp[i] = v.f;
+    }
+    return _mm256_loadu_ps(tmp);
+}
+
+/* one row of x -> its groups' 32 int8 inputs in order, d = max|x| / 127 and d sum(q); rounded
+ * to nearest even, as torch.round does (wo_panels.py's q8_rows) */
+T2 static void prep_row(const void *x, int bf16, int in, int groups, int8_t *q, float *d,
+                        float *ds) {
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int g = 0; g < groups; g++) {
+        __m256 v[4];
+        __m256 amax = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            int at = g * GROUP + 8 * k, left = in - at;
+            v[k] = left > 0 ? load8((const char *)x + (size_t)at * (bf16 ? 2 : 4), bf16, left)
+                            : _mm256_setzero_ps();
+            amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], sign));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        float top = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        float inv = top > 0.0f ? 127.0f / top : 0.0f;
+        __m256i s = _mm256_setzero_si256();
+        __m256i qi[4];
+        for (int k = 0; k < 4; k++) {  /* round to nearest even, as the AVX-512 rows do */
+            qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(inv)));
+            s = _mm256_add_epi32(s, qi[k]);
+        }
+        /* 32 int32 -> 32 int8 in order (packs interleave 128-bit lanes: permute back) */
+        __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
+        __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(q + (size_t)g * 32), p8);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        d[g] = top / 127.0f;
+        ds[g] = d[g] * (float)_mm_cvtsi128_si32(s4);
+    }
+}
+
+/* T rows of x -> q [T][groups][32], d and ds [T][groups] */
+WO_HIDDEN T2 void wo_q8_prep_rows(const void *x, int x_bf16, int T, int in, int groups, int8_t *q,
+                                  float *d, float *ds) {
+    for (int t = 0; t < T; t++)
+        prep_row((const char *)x + (size_t)t * in * (x_bf16 ? 2 : 4), x_bf16, in, groups,
+                 q + (size_t)t * groups * 32, d + (size_t)t * groups, ds + (size_t)t * groups);
 }
 
 /* the 8 int32 products-of-four of nibbles w (8 outputs x 4 bytes) and 4 input bytes x */

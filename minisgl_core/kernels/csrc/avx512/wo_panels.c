@@ -8,8 +8,10 @@
  * inputs 4k..4k+3 and a shift and an AND their inputs 16+4k..16+4k+3, each the u8 operand of a
  * vpdpbusd against 4 input bytes broadcast. Scales and mins are fp16 [panels][groups][16]. So
  * each weight byte is loaded once a call, whatever the rows, nothing is unpacked to memory, and
- * the 16 sums of a panel land in one vector's lanes: no horizontal sums. The inputs are rounded
- * as wo_int4_q8.c rounds them (wo_q8_prep_rows).
+ * the 16 sums of a panel land in one vector's lanes: no horizontal sums. Each row of inputs is
+ * rounded once a call, in groups of 32: d = max|x| / 127, qx = round(x / d) as int8, so a
+ * group's product with a weight group (W = nib s + m) is s d sum(nib qx) + m d sum(qx)
+ * (wo_q8_prep_rows, in avx2/wo_panels_avx2.c).
  */
 #include "../minisgl_kernels.h"
 #include "../portable/wo_matmul.h"

@@ -64,14 +64,6 @@ WO_HIDDEN void wo_i4_row_avx512(const float *x, int T, int in, const Blocked *bx
                                 float *y, int out);
 WO_HIDDEN void wo_i4_blocks_prep(const float *x, int in, int blocks, float *out);
 
-/* wo_int4_q8 on AVX2 (avx2/wo_int4_q8_avx2.c), for CPUs without AVX512-VNNI: 0 done, -1 no AVX2
- * here (or no memory) */
-WO_HIDDEN int wo_int4_q8_avx2(const void *x, int x_bf16, int T, int in, const uint8_t *q,
-                              const uint16_t *scale, const uint16_t *mn, int out, void *y,
-                              int y_bf16, const void *residual, int threads);
-/* the rounding of wo_int4_q8's inputs, in order: T rows of x -> q [T][groups][32] int8, each
- * group's d and d sum(q) in d and ds [T][groups] (avx2/wo_int4_q8_avx2.c; the panels of
- * avx512/wo_panels.c read the same) */
 /* wo_int4_panels on AVX2 (avx2/wo_panels_avx2.c): 0 done, -1 no AVX2 here (or no memory) */
 WO_HIDDEN int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                                   const uint16_t *scale, const uint16_t *mn, int out, void *y,

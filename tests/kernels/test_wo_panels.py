@@ -1,8 +1,7 @@
-"""Weights against int8 inputs: int4's dot-product rows (csrc/avx512/wo_int4_q8.c) and 16-output
-panels (csrc/avx512/wo_panels.c), AVX2 or AVX512-VNNI, and int8's panels (AVX512-VNNI),
-against the float64 product of the dequantized weight and the rounded inputs; the rounding's
-size against the inputs themselves, the fused residual, the Kernels around them and the kernel
-choice."""
+"""Weights in 16-output panels against int8 inputs (csrc/avx512/wo_panels.c): int4's on AVX2 or
+AVX512-VNNI, int8's on AVX512-VNNI, against the float64 product of the dequantized weight and
+the rounded inputs; the rounding's size against the inputs themselves, the fused residual, the
+Kernels around them and the kernel choice."""
 
 from __future__ import annotations
 
@@ -25,13 +24,12 @@ from minisgl_core.kernels.matmul.wo_panels import (
     from_panels,
     int8_to_panels,
     panels_matmul,
+    q8_rows,
     to_panels,
     unpanel,
 )
-from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_matmul, q8_rows
 
 CPU = torch.device("cpu")
-HERE = WeightOnlyQ8().available(CPU, torch.float32)
 PANELS_HERE = WeightOnlyPanels().available(CPU, torch.float32)  # AVX2 or AVX512-VNNI
 INT8_PANELS_HERE = WeightOnlyPanels("int8-wo").available(CPU, torch.float32)  # AVX512-VNNI
 # (out, in): the default model's q/k/v, gate/up and down, and odd widths: outputs that fill no
@@ -39,9 +37,6 @@ INT8_PANELS_HERE = WeightOnlyPanels("int8-wo").available(CPU, torch.float32)  # 
 SHAPES = [(960, 576), (3072, 576), (576, 1536), (37, 100), (49, 31), (5, 33), (23, 300),
           (100, 17)]
 ROWS = (1, 2, 3, 8, 17, 33, 64, 65)  # within a 4- or 8-row block, past it, several, their rest
-
-
-_dot = q8_matmul
 
 
 def _panels(x: torch.Tensor, w: Int4Weight | Int8Weight, residual: torch.Tensor | None = None,
@@ -54,21 +49,18 @@ def _int8(w: torch.Tensor) -> Int8Weight:
     return Int8Weight(*quantize_weight(w))
 
 
-Matmul = Callable[..., torch.Tensor | None]
 needs_panels = pytest.mark.skipif(not PANELS_HERE, reason="no AVX2 (or no native library)")
 needs_vnni = pytest.mark.skipif(not INT8_PANELS_HERE,
                                 reason="no AVX512-VNNI (or no native library)")
-# (the kernel's matmul on the scheme's weight, how that weight is made)
-KERNELS = [pytest.param(_dot, quantize_int4, id="int4-q8", marks=pytest.mark.skipif(
-               not HERE, reason="no AVX2 here (or no native library)")),
-           pytest.param(_panels, quantize_int4, id="int4-panels", marks=needs_panels),
-           pytest.param(_panels, _int8, id="int8-wo-panels", marks=needs_vnni)]
+# how each scheme's weight is made
+KERNELS = [pytest.param(quantize_int4, id="int4-panels", marks=needs_panels),
+           pytest.param(_int8, id="int8-wo-panels", marks=needs_vnni)]
 
 
-@pytest.mark.parametrize(("matmul", "quantize"), KERNELS)
+@pytest.mark.parametrize("quantize", KERNELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_q8_equals_the_product_of_the_rounded_inputs(
-        dtype: torch.dtype, matmul: Matmul, quantize: Callable[[torch.Tensor], object]) -> None:
+def test_panels_equal_the_product_of_the_rounded_inputs(
+        dtype: torch.dtype, quantize: Callable[[torch.Tensor], object]) -> None:
     gen = torch.Generator().manual_seed(7)
     for out, inp in SHAPES:
         packed = quantize(torch.randn(out, inp, generator=gen) * 0.05)
@@ -77,7 +69,7 @@ def test_q8_equals_the_product_of_the_rounded_inputs(
         for rows in ROWS:
             x = torch.randn(rows, inp, generator=gen).to(dtype)
             ref = q8_rows(x).double() @ ref_w.t()
-            y = matmul(x, packed)
+            y = _panels(x, packed)
             assert y is not None and y.shape == (rows, out) and y.dtype == torch.float32
             err = float((y - ref).abs().max() / ref.abs().max())
             assert err < 1e-5, (out, inp, rows, err)
@@ -85,7 +77,7 @@ def test_q8_equals_the_product_of_the_rounded_inputs(
             exact = x.double() @ ref_w.t()
             assert float((y - exact).abs().max() / exact.abs().max()) < 0.02, (out, inp, rows)
             res = torch.randn(rows, out, generator=gen).to(dtype)
-            fused = matmul(x, packed, res, dtype)
+            fused = _panels(x, packed, res, dtype)
             assert fused is not None and fused.dtype == dtype
             assert torch.equal(fused, (y + res.float()).to(dtype)), (out, inp, rows)
 
@@ -119,14 +111,12 @@ def test_panels_hold_the_weight_unchanged() -> None:
 
 
 @pytest.mark.parametrize("kernel", [
-    pytest.param(WeightOnlyQ8(), id="int4-q8",
-                 marks=pytest.mark.skipif(not HERE, reason="no AVX2")),
     pytest.param(WeightOnlyPanels(), id="int4-panels", marks=needs_panels),
     pytest.param(WeightOnlyPanels("int8-wo"), id="int8-wo-panels", marks=needs_vnni)])
-def test_q8_kernels_add_bias_and_residual(kernel: WeightOnlyQ8 | WeightOnlyPanels) -> None:
+def test_panel_kernels_add_bias_and_residual(kernel: WeightOnlyPanels) -> None:
     gen = torch.Generator().manual_seed(8)
     packed = kernel.pack(torch.randn(37, 100, generator=gen))
-    w = unpanel(packed) if isinstance(kernel, WeightOnlyPanels) else packed
+    w = unpanel(packed)
     x, bias, res = (torch.randn(*s, generator=gen).bfloat16() for s in ((9, 100), (37,), (9, 37)))
     deq = dequantize_int4(w) if isinstance(w, Int4Weight) else dequantize_int8(w)
     plain = q8_rows(x) @ deq.t()
@@ -137,17 +127,16 @@ def test_q8_kernels_add_bias_and_residual(kernel: WeightOnlyQ8 | WeightOnlyPanel
         assert float((y.float() - ref).abs().max() / ref.abs().max()) < 1e-2  # bf16 output
 
 
-def test_q8_kernels_are_offered_only_where_the_cpu_runs_them() -> None:
+def test_panel_kernels_are_offered_only_where_the_cpu_runs_them() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         names = {k.name for k in candidates("gate_up", CPU, dtype, "int4")}
-        assert WeightOnlyQ8().available(CPU, dtype) == HERE == ("int4-q8" in names)
         assert WeightOnlyPanels().available(CPU, dtype) == PANELS_HERE
         assert ("int4-panels" in names) == PANELS_HERE
-    int8_names = {k.name for k in candidates("gate_up", CPU, torch.float32, "int8-wo")}
-    assert "int4-q8" not in int8_names and ("int8-wo-panels" in int8_names) == INT8_PANELS_HERE
-    assert INT8_PANELS_HERE <= PANELS_HERE == HERE  # AVX512-VNNI implies AVX2
-    w = quantize_int4(torch.randn(16, 64))
-    for matmul, weight, here in ((_dot, w, HERE), (_panels, w, PANELS_HERE),
-                                 (_panels, _int8(torch.randn(16, 64)), INT8_PANELS_HERE)):
+        int8_names = {k.name for k in candidates("gate_up", CPU, dtype, "int8-wo")}
+        assert ("int8-wo-panels" in int8_names) == INT8_PANELS_HERE
+        assert "int4-panels" not in int8_names
+    assert INT8_PANELS_HERE <= PANELS_HERE  # AVX512-VNNI implies AVX2
+    for weight, here in ((quantize_int4(torch.randn(16, 64)), PANELS_HERE),
+                         (_int8(torch.randn(16, 64)), INT8_PANELS_HERE)):
         if not here:  # the C entry point says no rather than run an instruction the CPU lacks
-            assert matmul(torch.randn(3, 64), weight) is None
+            assert _panels(torch.randn(3, 64), weight) is None

@@ -1,6 +1,5 @@
-"""An engine whose int4 layers run on int8 inputs (csrc/avx512/wo_int4_q8.c, and the 16-output
-panels of wo_panels.c): it generates, and a layer through the C++ operator gives the rounded
-inputs' product."""
+"""An engine whose int4 layers run in 16-output panels on int8 inputs (csrc/avx512/wo_panels.c):
+it generates, and a layer through the C++ operator gives the rounded inputs' product."""
 
 from __future__ import annotations
 
@@ -10,23 +9,16 @@ import torch
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.engine import Engine
 from minisgl_core.kernels.matmul.weight_only import dequantize_int4
-from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels, from_panels
-from minisgl_core.kernels.matmul.wo_q8 import WeightOnlyQ8, q8_rows
+from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels, from_panels, q8_rows
 from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.wire.schema import SamplingParams
 
-needs_q8 = pytest.mark.skipif(not WeightOnlyQ8().available(torch.device("cpu"), torch.float32),
-                              reason="no AVX2 here (or no native library)")
 
-
-@needs_q8
-@pytest.mark.parametrize(("kernel", "dtype"), [
-    ("int4-q8", "float32"),
-    pytest.param("int4-panels", "bfloat16", marks=pytest.mark.skipif(
-        not WeightOnlyPanels().available(torch.device("cpu"), torch.float32),
-        reason="no AVX2 here (or no native library)"))])
-def test_an_engine_generates_on_int8_inputs(tiny_models, monkeypatch, kernel: str,
-                                            dtype: str) -> None:
+@pytest.mark.skipif(not WeightOnlyPanels().available(torch.device("cpu"), torch.float32),
+                    reason="no AVX2 here (or no native library)")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_an_engine_generates_on_int4_panels(tiny_models, monkeypatch, dtype: str) -> None:
+    kernel = "int4-panels"
     model = resolve(str(tiny_models["llama"]))
     monkeypatch.setenv("MINISGL_LINEAR", kernel)  # every bucket of every int4 layer
     engine = Engine(EngineConfig(model=model.path, num_threads=1, quantization="int4",
@@ -46,8 +38,7 @@ def test_an_engine_generates_on_int8_inputs(tiny_models, monkeypatch, kernel: st
     # the layer (through the C++ operator where it is built) against the rounded inputs' product
     x = torch.randn(5, down.in_features, generator=torch.Generator().manual_seed(9))
     x = x.to(getattr(torch, dtype))
-    weight = from_panels(down.weight) if kernel == "int4-panels" else down.weight
-    ref = q8_rows(x).double() @ dequantize_int4(weight).double().t()
+    ref = q8_rows(x).double() @ dequantize_int4(from_panels(down.weight)).double().t()
     y = down(x)
     assert y.dtype == x.dtype
     assert float((y.double() - ref).abs().max() / ref.abs().max()) < 1e-2
