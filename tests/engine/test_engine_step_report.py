@@ -1,13 +1,17 @@
 """The decode step report (bench/profile.py) on a tiny model: its parts add up to the step, its
-weight bytes are the engine's packed matmul weights, and the ops land in the named groups."""
+weight bytes are the engine's packed matmul weights, the ops land in the named groups, and
+`bench offline --profile` prints it at the bandwidth it measured."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from minisgl_core.bench import engine_vs_hf as bench
 from minisgl_core.bench.ceilings import model_cost
 from minisgl_core.bench.profile import (
     GROUPS,
@@ -98,3 +102,19 @@ def test_the_profilers_cost_comes_out_of_each_group_by_its_events() -> None:
     assert tight["norms"] == pytest.approx(1.5, rel=1e-2)
     assert sum(tight.values()) == pytest.approx(6.0)
     assert tight[PYTHON] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_bench_offline_profile_prints_the_table_at_this_runs_bandwidth(
+        tiny_models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    threads = torch.get_num_threads()
+    try:  # no ceilings asked: the profile measures the bandwidth all the same
+        bench.main(str(tiny_models["llama"]), [1, 2], max_tokens=3, json_lines=True,
+                   threads=1, repeat=1, profile=True, ceilings=False)
+    finally:
+        torch.set_num_threads(threads)  # main sets the process's threads; give them back
+    err = capsys.readouterr().err
+    bandwidth = float(err.split("host ceilings (1 threads, measured in this run): memory read ")[1]
+                      .split(" GB/s")[0])
+    assert "decode step, fp32, ms per step; weight bytes: " in err
+    assert f"at {bandwidth:.1f} GB/s (read bandwidth of this run)" in err
+    assert "| part | batch 1 | batch 2 |" in err
