@@ -16,6 +16,7 @@ from minisgl_core.kernels import ops
 from minisgl_core.kernels.matmul.base import _BUCKET_TOP, BUCKETS, Kernel, bucket_of
 from minisgl_core.kernels.matmul.registry import all_kernels
 from minisgl_core.kernels.matmul.weight_only import Int8Weight
+from minisgl_core.kernels.matmul.wo_panels import Int8Panels, int8_panel_rows
 from minisgl_core.kernels.native import ops as native_ops
 
 
@@ -65,11 +66,13 @@ class Linear:
     def serves_rows(self) -> bool:
         """Whether ``rows`` can read weight rows from the packed layout (an int8 weight-only
         one: a tied LM head then stands for the embedding table, which is not kept)."""
-        return isinstance(self.weight, Int8Weight)
+        return isinstance(self.weight, Int8Weight | Int8Panels)
 
     def rows(self, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Rows ``index [T]`` of ``W`` as ``[T, in]`` in ``dtype`` (needs ``serves_rows``)."""
         w = self.weight  # q [out, in] int8, scale [out]: row v is q[v] * scale[v]
+        if isinstance(w, Int8Panels):
+            return int8_panel_rows(w, index, dtype)
         rows = w.q.index_select(0, index).to(dtype)
         return rows * w.scale.index_select(0, index).to(dtype).unsqueeze(1)
 

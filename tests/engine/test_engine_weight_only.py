@@ -28,6 +28,7 @@ from minisgl_core.kernels.matmul.weight_only import (
     quantize_int4,
 )
 from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
+from minisgl_core.kernels.matmul.wo_panels import Int8Panels, unpanel
 from minisgl_core.kernels.native import library as native
 from minisgl_core.plugin.model_lookup import resolve
 from minisgl_core.wire.schema import SamplingParams
@@ -212,7 +213,9 @@ def test_tiny_model_generates_and_int8_wo_follows_fp32(tiny_models, fp32_tokens,
     assert abs(estimate.weight_bytes - held.weight_bytes) <= 0.02 * held.weight_bytes, (
         estimate, held)
     # the tied head's int8 rows stand for the embedding table, which is not kept beside them
+    # (in either int8 layout: rows, or the panels of AVX2 / AVX512-VNNI hosts)
     head = engine.model.lm_head.weight
+    head = unpanel(head) if isinstance(head, Int8Panels) else head
     assert engine.model.embed_rows is engine.model.lm_head and engine.model.embed.numel() == 0
     ids = torch.tensor([0, 5, 5, engine.vocab_size - 1])
     torch.testing.assert_close(engine.model.embed_tokens(ids),

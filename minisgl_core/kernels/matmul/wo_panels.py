@@ -121,6 +121,16 @@ def int8_from_panels(p: Int8Panels) -> Int8Weight:
     return Int8Weight(q.contiguous(), p.scale[:p.out_features].contiguous())
 
 
+def int8_panel_rows(p: Int8Panels, index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``index [T]`` of the weight as ``[T, in]`` in ``dtype``: a tied LM head's panels
+    serve the embedding lookups (row v is output v's integers times its scale)."""
+    quads = p.q.shape[1]
+    panel, lane = index // PANEL, index % PANEL
+    u = p.q[panel[:, None], torch.arange(quads, device=index.device)[None, :], lane[:, None]]
+    q = u.reshape(index.shape[0], quads * 4)[:, :p.in_features].to(torch.int16) - 128
+    return q.to(dtype) * p.scale.index_select(0, index).to(dtype).unsqueeze(1)
+
+
 def panels_matmul(x: torch.Tensor, w: Int4Panels | Int8Panels,
                   residual: torch.Tensor | None = None,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
