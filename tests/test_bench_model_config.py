@@ -16,7 +16,9 @@ from minisgl_core.store import dummy_models
 
 
 def compare(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(make_app(build_manager()), ["bench", "compare", *args])
+    # wide enough that the error box does not wrap a long temporary path
+    result = CliRunner().invoke(make_app(build_manager()), ["bench", "compare", *args],
+                                env={"COLUMNS": "400"})
     return result.exit_code, " ".join(result.output.replace("│", " ").split())
 
 
