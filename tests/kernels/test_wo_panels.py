@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from minisgl_core.kernels.matmul.choice import candidates
+from minisgl_core.kernels.matmul.choice import candidates, choose
 from minisgl_core.kernels.matmul.w8a8 import quantize_weight
 from minisgl_core.kernels.matmul.weight_only import (
     Int4Weight,
@@ -22,6 +22,7 @@ from minisgl_core.kernels.matmul.weight_only import (
 from minisgl_core.kernels.matmul.wo_panels import (
     WeightOnlyPanels,
     from_panels,
+    int8_panel_rows,
     int8_to_panels,
     panels_matmul,
     q8_rows,
@@ -140,3 +141,23 @@ def test_panel_kernels_are_offered_only_where_the_cpu_runs_them() -> None:
                          (_int8(torch.randn(16, 64)), INT8_PANELS_HERE)):
         if not here:  # the C entry point says no rather than run an instruction the CPU lacks
             assert _panels(torch.randn(3, 64), weight) is None
+
+
+@needs_panels
+def test_the_lm_head_keeps_its_inputs_unrounded(tmp_path) -> None:
+    shapes = {"gate_up": (96, 64), "lm_head": (80, 64)}
+
+    def panels_fastest(kernel: object, packed: object, x: torch.Tensor) -> float:
+        return 1e-6 if getattr(kernel, "rounds_inputs", False) else 1e-3
+
+    choice = choose(shapes, CPU, torch.float32, "int4", cache=tmp_path, budget_s=30.0,
+                    timer=panels_fastest)
+    assert {k.name for k in choice.kernels["gate_up"]} == {"int4-panels"}
+    assert not any(k.rounds_inputs for k in choice.kernels["lm_head"])
+
+
+def test_int8_panels_give_the_weight_rows() -> None:
+    w8 = _int8(torch.randn(37, 100, generator=torch.Generator().manual_seed(3)))
+    index = torch.tensor([0, 5, 36, 16, 17, 5])
+    rows = int8_panel_rows(int8_to_panels(w8), index, torch.float32)
+    assert torch.equal(rows, dequantize_int8(w8)[index])

@@ -45,6 +45,8 @@ class Kernel:
     # True: ``pack`` keeps the HF weight itself, so a tensor shared with another use (a tied LM
     # head's embedding table) stays one copy in memory
     shares_weight = False
+    # True: the inputs are rounded to int8 at the call (the panels); the LM head never takes it
+    rounds_inputs = False
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Whether this kernel works (and gives right answers) here."""

@@ -112,7 +112,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     taken beside other work can pick a kernel 1.8x slower at 32 rows. ``remeasure``: time again
     even where a cached choice exists (a caller that found the cached timings implausible).
     ``deterministic``: the batch-invariant kernels, nothing timed (ValueError where a role has
-    none).
+    none). The LM head is never offered a kernel that rounds its inputs to int8 (unless
+    ``MINISGL_LINEAR`` forces one).
     """
     if deterministic:
         schemes = {role: role_scheme(role, quantization) for role in shapes}
@@ -124,6 +125,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
         return _forced(forced, pools, quantization)
     for role in pools.keys() & set(shared):
         pools[role] = [k for k in pools[role] if k.shares_weight] or pools[role]
+    if "lm_head" in pools:  # the logits' inputs are never rounded (docs/design/kernels.md, 17.)
+        pools["lm_head"] = [k for k in pools["lm_head"] if not k.rounds_inputs] or pools["lm_head"]
     if all(len(pool) == 1 for pool in pools.values()):
         return Choice({r: (p[0],) * len(BUCKETS) for r, p in pools.items()}, "only candidate")
     key = {"method": METHOD, "cpu": cpu_features.cpu_model(),

@@ -167,6 +167,8 @@ class WeightOnlyPanels(WeightOnlyKernel):
     """int4 or int8 weights in 16-output panels, inputs rounded to int8 at the call (CPU with
     AVX512-VNNI, or AVX2 for int4; fp32 or bf16 inputs)."""
 
+    rounds_inputs = True
+
     def __init__(self, scheme: str = "int4") -> None:
         self.scheme = self.quantized = scheme
         self.name = self.layout = f"{scheme}-panels"
