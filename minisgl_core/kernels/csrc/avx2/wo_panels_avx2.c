@@ -3,7 +3,7 @@
  * multiplies a half's nibbles by 4 input bytes broadcast and sums pairs (at most 2 x 15 x 127:
  * no saturation), vpmaddwd sums the pairs' pairs, so each dword lane holds one output's 4
  * products, as vpdpbusd gives them. Also the rounding of the inputs that both read
- * (wo_q8_prep_rows): a row's groups of 32 in order, as int8, with each group's d and d sum(q).
+ * (wo_q8_rows): a row's groups of 32 in order, as int8, with each group's d and d sum(q).
  */
 #include "../portable/wo_matmul.h"
 #include <stdlib.h>
@@ -77,12 +77,19 @@ T2 static void prep_row(const void *x, int bf16, int in, int groups, int8_t *q, 
     }
 }
 
-/* T rows of x -> q [T][groups][32], d and ds [T][groups] */
-WO_HIDDEN T2 void wo_q8_prep_rows(const void *x, int x_bf16, int T, int in, int groups, int8_t *q,
-                                  float *d, float *ds) {
+/* T rows of x rounded, in one buffer: q [T][groups][32] int8, then d and ds [T][groups] (set
+ * to point into it); NULL without memory. The caller frees the returned pointer. */
+WO_HIDDEN T2 int8_t *wo_q8_rows(const void *x, int x_bf16, int T, int in, int groups, float **d,
+                                float **ds) {
+    size_t n = (size_t)T * groups;
+    int8_t *q = malloc(n * (32 + 2 * sizeof(float)));
+    if (q == NULL) return NULL;
+    *d = (float *)(q + n * 32);
+    *ds = *d + n;
     for (int t = 0; t < T; t++)
         prep_row((const char *)x + (size_t)t * in * (x_bf16 ? 2 : 4), x_bf16, in, groups,
-                 q + (size_t)t * groups * 32, d + (size_t)t * groups, ds + (size_t)t * groups);
+                 q + (size_t)t * groups * 32, *d + (size_t)t * groups, *ds + (size_t)t * groups);
+    return q;
 }
 
 /* the 8 int32 products-of-four of nibbles w (8 outputs x 4 bytes) and 4 input bytes x */
@@ -157,14 +164,9 @@ WO_HIDDEN T2 int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, c
         !__builtin_cpu_supports("f16c") || !cpu_feature_allowed("avx2"))
         return -1;
     int groups = (in + GROUP - 1) / GROUP, panels = (out + 15) / 16;
-    size_t n = (size_t)T * groups;
-    int8_t *xq = malloc(n * 32);
-    float *d = malloc(n * sizeof(float)), *ds = malloc(n * sizeof(float));
-    if (xq == NULL || d == NULL || ds == NULL) {
-        free(xq); free(d); free(ds);
-        return -1;
-    }
-    wo_q8_prep_rows(x, x_bf16, T, in, groups, xq, d, ds);
+    float *d, *ds;
+    int8_t *xq = wo_q8_rows(x, x_bf16, T, in, groups, &d, &ds);
+    if (xq == NULL) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         const uint8_t *pw = q + (size_t)p * groups * 256;
@@ -179,7 +181,7 @@ WO_HIDDEN T2 int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, c
             }
         }
     }
-    free(xq); free(d); free(ds);
+    free(xq);
     return 0;
 }
 #endif

@@ -11,7 +11,7 @@
  * the 16 sums of a panel land in one vector's lanes: no horizontal sums. Each row of inputs is
  * rounded once a call, in groups of 32: d = max|x| / 127, qx = round(x / d) as int8, so a
  * group's product with a weight group (W = nib s + m) is s d sum(nib qx) + m d sum(qx)
- * (wo_q8_prep_rows, in avx2/wo_panels_avx2.c).
+ * (wo_q8_rows, in avx2/wo_panels_avx2.c).
  */
 #include "../minisgl_kernels.h"
 #include "../portable/wo_matmul.h"
@@ -161,14 +161,9 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, co
                   const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
                   int threads) {
     int groups = (in + GROUP - 1) / GROUP, panels = (out + 15) / 16;
-    size_t n = (size_t)T * groups;
-    int8_t *xq = malloc(n * 32);
-    float *d = malloc(n * sizeof(float)), *ds = malloc(n * sizeof(float));
-    if (xq == NULL || d == NULL || ds == NULL) {
-        free(xq); free(d); free(ds);
-        return -1;
-    }
-    wo_q8_prep_rows(x, x_bf16, T, in, groups, xq, d, ds);
+    float *d, *ds;
+    int8_t *xq = wo_q8_rows(x, x_bf16, T, in, groups, &d, &ds);
+    if (xq == NULL) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
@@ -196,7 +191,7 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, co
             }
         }
     }
-    free(xq); free(d); free(ds);
+    free(xq);
     return 0;
 }
 

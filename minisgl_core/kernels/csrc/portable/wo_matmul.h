@@ -68,8 +68,11 @@ WO_HIDDEN void wo_i4_blocks_prep(const float *x, int in, int blocks, float *out)
 WO_HIDDEN int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                                   const uint16_t *scale, const uint16_t *mn, int out, void *y,
                                   int y_bf16, const void *residual, int threads);
-WO_HIDDEN void wo_q8_prep_rows(const void *x, int x_bf16, int T, int in, int groups, int8_t *q,
-                               float *d, float *ds);
+/* the rounding of the panels' inputs: T rows of x -> one buffer (the caller frees it) holding
+ * q [T][groups][32] int8 in order, then each group's d and d sum(q), *d and *ds [T][groups];
+ * NULL without memory (avx2/wo_panels_avx2.c) */
+WO_HIDDEN int8_t *wo_q8_rows(const void *x, int x_bf16, int T, int in, int groups, float **d,
+                             float **ds);
 #endif
 
 #endif
