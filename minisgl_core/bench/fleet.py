@@ -65,11 +65,14 @@ def fleet_command(
         extra += ["-s", f"roles.scheduler.synthetic.tokens_per_s={tokens_per_s}"]
     services = [launch_service(model, log_dir=tmp, args=extra) for _ in range(2)]
     port = free_port()
-    router = subprocess.Popen(
-        [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls",
-         *[s.url for s in services], "--policy", "round_robin", "--host", "127.0.0.1",
-         "--port", str(port), "--health-check-interval-secs", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    router_log = tmp / "router.log"
+    with open(router_log, "wb") as log:  # its metrics on a free port too: 29000 may be taken
+        router = subprocess.Popen(
+            [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls",
+             *[s.url for s in services], "--policy", "round_robin", "--host", "127.0.0.1",
+             "--port", str(port), "--prometheus-port", str(free_port()),
+             "--health-check-interval-secs", "1"],
+            stdout=log, stderr=subprocess.STDOUT)
     router_url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -79,6 +82,9 @@ def fleet_command(
                     break
             except httpx.HTTPError:
                 pass
+            if router.poll() is not None:
+                tail = router_log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the router exited ({router.returncode}):\n{tail}")
             if time.monotonic() > deadline:
                 raise RuntimeError("the router did not come up in 120 s")
             time.sleep(0.2)

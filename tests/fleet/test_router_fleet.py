@@ -56,6 +56,7 @@ class Router:
         self.log_path = log_dir / f"router-{policy}-{self.port}.log"
         cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *workers,
                "--policy", policy, "--host", "127.0.0.1", "--port", str(self.port),
+               "--prometheus-port", str(free_port()),  # not 29000, which another may hold
                "--health-check-interval-secs", "1"]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
