@@ -147,7 +147,7 @@ def test_compare_serves_random_weights_at_the_shapes_of_a_config(
     monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
     config, out = tiny_model / "config.json", tmp_path / "results"
     result = bench("compare", "--model-config", str(config), "--transport", "zmq",
-                   "--mode", "default", "--gguf", "F16", "--concurrency", "1", "--requests", "2",
+                   "--mode", "default", "--concurrency", "1", "--requests", "2",
                    "--max-tokens", "4", "--out", str(out),
                    "-s", "num_pages=64", "-s", "max_seq_len_override=256")
     assert result.exit_code == 0, result.output
@@ -161,14 +161,12 @@ def test_compare_serves_random_weights_at_the_shapes_of_a_config(
         config.read_text())["hidden_size"]
     assert (model_dir / "model.safetensors").read_bytes() != (
         tiny_model / "model.safetensors").read_bytes()
-    # the same weights as a GGUF, served as `minisgl launch --model FILE.gguf` serves it
-    gguf = model_dir / "gguf" / f"{name}-F16.gguf"
-    assert results["ggufs"] == {"F16": str(gguf)}
-    default, from_gguf = results["service"]
-    assert (default["transport"], from_gguf["transport"]) == ("zmq default", "zmq gguf F16")
-    assert from_gguf["meta"]["quantization"] == "none"  # F16: its own format is unquantized
-    for svc in (default, from_gguf):
-        (level,) = svc["levels"]
-        assert (svc["exit_code"], level["concurrency"], level["failures"],
-                level["output_tokens"]) == (0, 1, 0, 2 * 4)
+    # (--gguf TYPE adds a service on the same weights as a GGUF: left out here, its conversion
+    # alone takes half a minute; the GGUF writer and reader are tested in test_store_dummy_models)
+    assert results["ggufs"] == {}
+    (default,) = results["service"]
+    assert default["transport"] == "zmq default"
+    (level,) = default["levels"]
+    assert (default["exit_code"], level["concurrency"], level["failures"],
+            level["output_tokens"]) == (0, 1, 0, 2 * 4)
     assert f"random weights at {config}'s shapes" in (out / "results.md").read_text()
