@@ -18,12 +18,6 @@
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define INL2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-static inline uint16_t to_bf16(float f) {  /* round to nearest even */
-    union { float f; uint32_t u; } v = {.f = f};
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN */
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-
 /* 8 inputs from p (fp32 or bf16), the first n of them; zeros after */
 INL2 __m256 load8(const void *p, int bf16, int n) {
     if (n >= 8) {
@@ -139,20 +133,7 @@ INL2 void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, 
         float v[16];
         _mm256_storeu_ps(v, acc[r][0]);
         _mm256_storeu_ps(v + 8, acc[r][1]);
-        int64_t at = (int64_t)(t0 + r) * out + o0;
-        for (int l = 0; l < n; l++) {
-            float f = v[l];
-            if (y_bf16) {
-                if (residual) {
-                    union { uint32_t u; float f; } b = {
-                        .u = (uint32_t)((const uint16_t *)residual)[at + l] << 16};
-                    f += b.f;
-                }
-                ((uint16_t *)y)[at + l] = to_bf16(f);
-            } else {
-                ((float *)y)[at + l] = residual ? f + ((const float *)residual)[at + l] : f;
-            }
-        }
+        wo_store_row(v, n, (int64_t)(t0 + r) * out + o0, y, y_bf16, residual);
     }
 }
 

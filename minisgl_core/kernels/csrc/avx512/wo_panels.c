@@ -34,12 +34,6 @@ static int has_vnni(void) {
            __builtin_cpu_supports("avx512vl") && cpu_feature_allowed("avx512_vnni");
 }
 
-static inline uint16_t round_bf16(float f) {  /* round to nearest even */
-    union { float f; uint32_t u; } v = {.f = f};
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);  /* NaN */
-    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
-}
-
 /* rows t0..t0+nr of y at outputs o0..o0+n: the sums, plus the residual, in fp32 or rounded
  * once to bf16 */
 INLP void store_rows(const __m512 *acc, int t0, int nr, int o0, int n, int out, void *y,
@@ -50,16 +44,7 @@ INLP void store_rows(const __m512 *acc, int t0, int nr, int o0, int n, int out, 
         if (y_bf16) {
             float v[16];
             _mm512_storeu_ps(v, acc[r]);
-            uint16_t *yr = (uint16_t *)y + at;
-            const uint16_t *rr = residual ? (const uint16_t *)residual + at : NULL;
-            for (int l = 0; l < n; l++) {
-                float f = v[l];
-                if (rr) {
-                    union { uint32_t u; float f; } b = {.u = (uint32_t)rr[l] << 16};
-                    f += b.f;
-                }
-                yr[l] = round_bf16(f);
-            }
+            wo_store_row(v, n, at, y, 1, residual);
         } else {
             __m512 v = acc[r];
             if (residual)

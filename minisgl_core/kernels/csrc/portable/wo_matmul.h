@@ -44,6 +44,27 @@ static inline float half_to_float(uint16_t h) {
     return v.f;
 }
 
+/* n sums of one output row, v[0..n), stored at y[at..]: plus the residual (y's dtype, or NULL),
+ * in fp32, or rounded once to bf16 (to nearest even, as torch does) */
+static inline void wo_store_row(const float *v, int n, int64_t at, void *y, int y_bf16,
+                                const void *residual) {
+    for (int l = 0; l < n; l++) {
+        union { float f; uint32_t u; } s = {.f = v[l]};
+        if (!y_bf16) {
+            ((float *)y)[at + l] = residual ? s.f + ((const float *)residual)[at + l] : s.f;
+            continue;
+        }
+        if (residual) {
+            uint16_t bits = ((const uint16_t *)residual)[at + l];
+            union { uint32_t u; float f; } r = {.u = (uint32_t)bits << 16};
+            s.f += r.f;
+        }
+        ((uint16_t *)y)[at + l] = (s.u & 0x7fffffffu) > 0x7f800000u
+            ? (uint16_t)((s.u >> 16) | 0x40)  /* NaN stays NaN */
+            : (uint16_t)((s.u + 0x7fffu + ((s.u >> 16) & 1u)) >> 16);
+    }
+}
+
 static inline float nibble(const uint8_t *grp, int j) {
     return (float)(j < 16 ? grp[j] & 15 : grp[j - 16] >> 4);
 }
