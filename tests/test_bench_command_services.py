@@ -136,15 +136,10 @@ def test_compare_writes_its_results_through_the_command_line(tiny_model: Path,
 def test_compare_serves_random_weights_at_the_shapes_of_a_config(
         tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from minisgl_core.store.dummy_models import config_spec
-    from minisgl_core.store.paths import cache_dir
+    from minisgl_core.testing.own_cache import own_cache_dir
 
-    # the random model goes into a cache of this test's own; the native kernels the service
-    # builds (half a minute) are shared with the usual cache
-    native = cache_dir() / "native"
-    native.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "native").symlink_to(native, target_is_directory=True)
-    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
+    # the random model goes into a cache of this test's own
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(own_cache_dir(tmp_path / "cache")))
     config, out = tiny_model / "config.json", tmp_path / "results"
     result = bench("compare", "--model-config", str(config), "--transport", "zmq",
                    "--mode", "default", "--concurrency", "1", "--requests", "2",

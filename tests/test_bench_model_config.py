@@ -26,14 +26,10 @@ def compare(*args: str) -> tuple[int, str]:
 def tiny_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A tiny model's config.json with its tokenizer beside it; a cache of this test's own but
     for the native kernels (half a minute to build), shared with the usual cache."""
-    from minisgl_core.store.paths import cache_dir
+    from minisgl_core.testing.own_cache import own_cache_dir
     from minisgl_core.testing.tiny import make_tiny_model
 
-    native = cache_dir() / "native"
-    native.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / "native").symlink_to(native, target_is_directory=True)
-    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(own_cache_dir(tmp_path / "cache")))
     return make_tiny_model(tmp_path / "tiny-qwen3", "qwen3") / "config.json"
 
 

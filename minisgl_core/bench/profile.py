@@ -143,7 +143,8 @@ def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8, top: i
     module's docstring), python/dispatch last; ``weight_bytes``: the packed matmul weights. With
     ``read_gb_s`` > 0 the matmul group splits into ``weight bytes`` (their time at that
     bandwidth, at most the matmul time) and ``matmul beyond weight bytes``. With ``top`` > 0,
-    ``top_other_ops``: the costliest ops named in no group (name -> ms).
+    ``top_other_ops``: the costliest ops named in no group (name -> ms). ``events``: group ->
+    profiled ops a step (a small group's time can round to 0 once the profiler's cost is out).
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -179,7 +180,8 @@ def profile_decode(engine: Any, prompts: list[list[int]], steps: int = 8, top: i
         parts = {"weight bytes": weights, "matmul beyond weight bytes": matmul - weights,
                  **parts}
     out: dict[str, Any] = {"batch": len(prompts), "step_ms": wall, "parts": parts,
-                           "weight_bytes": weight_bytes, "read_gb_s": read_gb_s}
+                           "weight_bytes": weight_bytes, "read_gb_s": read_gb_s,
+                           "events": counts}
     if top:
         out["top_other_ops"] = dict(sorted(others.items(), key=lambda kv: -kv[1])[:top])
     return out

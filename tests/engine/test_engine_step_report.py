@@ -63,10 +63,10 @@ def test_weight_bytes_are_the_engines_packed_weights(engine: Engine,
 def test_the_decoder_ops_land_in_named_groups(reports: list[dict[str, Any]]) -> None:
     for r in reports:
         parts = r["parts"]
-        # every layer normalizes twice, runs four matmuls and attends, and a token is sampled
-        for group in ("norms", "attention", "rotary", "SiLU x up", "sampling"):
-            assert parts[group] > 0, group
-        assert parts["weight bytes"] + parts["matmul beyond weight bytes"] > 0
+        # every layer normalizes twice, runs four matmuls and attends, and a token is sampled;
+        # a group's ops are counted (its time, less the profiler's cost, may round to nothing)
+        for group in ("matmul", "norms", "attention", "rotary", "SiLU x up", "sampling"):
+            assert r["events"][group] > 0, group
         # the decoder's and sampler's ops are all named: what is left is a small remainder
         assert parts[OTHER] < 0.2 * r["step_ms"], r.get("top_other_ops")
         # the norm's own sum and divide count as norm time, not as ops of no group

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from minisgl_core.testing.hub_stub import HubStub, StubRepo, repo_from_dir
+from minisgl_core.testing.own_cache import own_cache_dir
 from minisgl_core.testing.tiny import make_tiny_model
 
 GATED_TOKEN = "hf_stub_token_of_an_account_with_access"
@@ -55,7 +56,7 @@ def hub(tiny_dirs: dict[str, Path], tmp_path: Path,
     stub.start()
     monkeypatch.setenv("HF_ENDPOINT", stub.url)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "minisgl"))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(own_cache_dir(tmp_path / "minisgl")))
     for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
         monkeypatch.delenv(name, raising=False)
     # read once at import by huggingface_hub; an earlier test's tokenizer process set it

@@ -14,6 +14,7 @@ from minisgl_core.plugin.loading import build_manager, collect
 from minisgl_core.plugin.model_lookup import ModelNotFoundError, resolve_model
 from minisgl_core.store import gguf_cache
 from minisgl_core.testing.hub_stub import HubStub, StubRepo
+from minisgl_core.testing.own_cache import own_cache_dir
 from minisgl_core.testing.tiny_gguf import write_gguf
 
 PROMPTS = ["The capital of France is", "def add(a, b):", "你好，世界"]
@@ -25,7 +26,7 @@ Q8_0_TOLERANCE = (0.5 + 127 * 2**-11) / 127
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "minisgl"))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(own_cache_dir(tmp_path / "minisgl")))
     return tmp_path / "minisgl" / "gguf"
 
 

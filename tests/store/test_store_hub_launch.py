@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from minisgl_core.testing.hub_stub import HubStub
+from minisgl_core.testing.own_cache import own_cache_dir
 from minisgl_core.testing.service import launch_service
 
 from .conftest import hub_repos
@@ -39,7 +40,7 @@ def hub_env(stub: HubStub, tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("MINISGL_", "HF_")) and k != "TRANSFORMERS_OFFLINE"}
     return {**env, "HF_ENDPOINT": stub.url, "HF_HOME": str(tmp_path / "hf"),
-            "MINISGL_CACHE_DIR": str(tmp_path / "minisgl"), "HF_HUB_OFFLINE": "0",
+            "MINISGL_CACHE_DIR": str(own_cache_dir(tmp_path / "minisgl")), "HF_HUB_OFFLINE": "0",
             "TRANSFORMERS_OFFLINE": "0", **extra}
 
 

@@ -16,6 +16,7 @@ import pytest
 from openai import OpenAI
 from pydantic import BaseModel
 
+from minisgl_core.testing.own_cache import own_cache_dir
 from minisgl_core.testing.service import RunningService, launch_service
 from minisgl_core.testing.tiny import make_tiny_model
 
@@ -30,7 +31,7 @@ CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</paramet
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+    return own_cache_dir(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")
