@@ -10,6 +10,11 @@ import pytest
 
 _HOGS: list[subprocess.Popen[bytes]] = []
 
+# Services the tests start serve eagerly unless a test asks for compiled steps: compiling in the
+# background (a minute of CPU a model) in every one would slow the whole suite. The compiled
+# step and its default have tests of their own (tests/engine/test_engine_compiled.py).
+os.environ.setdefault("MINISGL_COMPILE", "false")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

@@ -138,6 +138,7 @@ class LLM:
                                        prompt_ids[-PROMPT_TAIL:])
         hold = max((len(s) for s in sp.stop), default=1) - 1
         pending, finished = "", False
+        self.engine.when_idle()  # decode graphs compiled meanwhile are loaded between calls
         self.engine.add_request(rid, prompt_ids, sp)
         try:
             for out in self.engine.run_until_idle():
@@ -177,6 +178,7 @@ class LLM:
         logprobs: dict[str, list[TokenLogprob]] = {rid: [] for rid in ids}
         reasons: dict[str, str] = {}
         prompt_lps: dict[str, list[TokenLogprob | None]] = {}
+        engine.when_idle()  # decode graphs compiled meanwhile are loaded between calls
         try:
             for rid, (_, prompt_ids), sp in zip(ids, items, params, strict=True):
                 engine.add_request(rid, prompt_ids, sp)

@@ -19,7 +19,8 @@ SCRIPT = Path(sys.executable).with_name("minisgl")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MINISGL_")}
+    env = {k: v for k, v in os.environ.items()  # the suite's eager default stays
+           if k == "MINISGL_COMPILE" or not k.startswith("MINISGL_")}
     env.update(extra)
     return env
 

@@ -263,7 +263,8 @@ def test_dp_keys_are_checked() -> None:
 
 
 def test_compile_is_a_boolean_key_from_every_layer(tmp_path: Path) -> None:
-    assert load_config(env={}).compile is False  # off by default
+    assert load_config(env={}).compile is None  # auto by default: the engine decides
+    assert load_config(env={"MINISGL_COMPILE": "0"}, overrides=["compile=auto"]).compile is None
     assert load_config(env={"MINISGL_COMPILE": "1"}).compile is True
     assert load_config(env={}, flags={"compile": True}).compile is True
     assert load_config(env={"MINISGL_COMPILE": "on"}, overrides=["compile=false"]).compile is False
@@ -273,7 +274,7 @@ def test_compile_is_a_boolean_key_from_every_layer(tmp_path: Path) -> None:
     path.write_text('compile = "yes"\n')  # a file says what it means: a TOML boolean
     with pytest.raises(ConfigError, match="compile must be true or false"):
         load_config(path, env={})
-    with pytest.raises(ConfigError, match=r"compile must be true or false, got 'maybe'"):
+    with pytest.raises(ConfigError, match=r"compile must be true or false, or auto, got 'maybe'"):
         load_config(env={}, overrides=["compile=maybe"])
     cfg = load_config(env={}, overrides=["compile=true"])
     path.write_text(to_toml(cfg))  # the dump writes it as a TOML boolean, which reads back

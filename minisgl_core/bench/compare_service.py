@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -18,10 +19,12 @@ from minisgl_core.bench.peers import KV_CACHE_GIB, MAX_MODEL_LEN, PeerSpec
 from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
+COMPILE_WAIT_S = 1200.0  # a first start's graphs: ~1.5 min at 135M on 2 cores
 # `--mode NAME`: the settings of one minisgl service per mode, measured side by side. fp32 and
 # bf16 name the weights too: a GGUF is otherwise served in its own format (--quantization auto)
 NONE = "quantization=none"
 MODES = {"default": (),  # `minisgl launch` with no flags: what users get
+         "eager": ("compile=false",),  # the same with its decode step left eager
          "fp32": ("dtype=float32", NONE), "bf16": ("dtype=bfloat16", NONE),
          "int8": ("quantization=int8",), "int8-wo": ("quantization=int8-wo",),
          "int4": ("quantization=int4",), "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
@@ -124,10 +127,13 @@ class ServiceUnderTest:
         service = launch_service(model_dir, transport=transport, args=args,
                                  log_dir=log_dir, timeout=600.0)
         startup = time.monotonic() - t0
-        time.sleep(IDLE_SETTLE_S)
-        idle = idle_cpu_percent(service.proc.pid)
         (model,) = httpx.get(f"{service.url}/v1/models", timeout=10).json()["data"]
         meta = model.get("meta", {})
+        if meta.get("compile") == "on":  # measured as it serves once its graphs are in
+            waited = wait_compiled(service.url)
+            say(f"{label}: the compiled decode step serves {waited:.1f} s after ready")
+        time.sleep(IDLE_SETTLE_S)
+        idle = idle_cpu_percent(service.proc.pid)
         say(f"{label}: ready in {startup:.1f} s, idle CPU {idle:.1f}% of a core; {meta}")
         return cls(label, service, startup, load, idle, scheme_of(meta), meta)
 
@@ -164,6 +170,20 @@ class ServiceUnderTest:
                 "idle_cpu_pct_after": idle_after, "exit_code": code, "load_avg": self.load_avg,
                 "cpu_us_per_token": cpu_us, "levels": [median_run(r) for r in self.runs.values()],
                 "runs": list(self.runs.values())}
+
+
+def wait_compiled(url: str, timeout_s: float = COMPILE_WAIT_S) -> float:
+    """Seconds until ``url``'s /metrics says its decode step runs compiled (a first start
+    compiles in the background); RuntimeError past ``timeout_s``."""
+    import httpx
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        if re.search(r"^minisgl_decode_step_compiled 1(\.0)?$", text, flags=re.M):
+            return time.monotonic() - t0
+        time.sleep(1.0)
+    raise RuntimeError(f"the decode step of {url} did not compile in {timeout_s:.0f} s")
 
 
 def median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:

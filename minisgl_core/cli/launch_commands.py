@@ -106,8 +106,9 @@ def launch(
              "prompt_lookup_min/max=N).")] = None,
     compile_: Annotated[bool | None, typer.Option(
         "--compile/--no-compile",
-        help="Compile the decode step (torch.compile, in the background; eager meanwhile; "
-             "cached for the next start).")] = None,
+        help="Decode steps as torch.compile'd graphs. Default: on where the configuration "
+             "has them; the first start compiles them in the background (eager meanwhile), "
+             "later starts load them from the cache before serving.")] = None,
     deterministic: Annotated[bool | None, typer.Option(
         "--deterministic/--no-deterministic",
         help="Batch-invariant kernels: a request's tokens do not depend on the other requests, "

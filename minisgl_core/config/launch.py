@@ -79,7 +79,9 @@ class LaunchConfig:
     num_speculative_tokens: int = 4  # draft tokens per step (k)
     prompt_lookup_min: int = 2  # shortest suffix n-gram looked up (docs/speculative.md)
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
-    compile: bool = False  # decode steps as torch.compile'd graphs (docs/design/kernels.md, 12.)
+    # decode steps as torch.compile'd graphs (docs/design/kernels.md, 12.); None (auto): where
+    # the configuration has them (engine/compile_choice.py)
+    compile: bool | None = None
     # batch-invariant kernels: tokens independent of the batch (docs/speculative.md)
     deterministic: bool = False
     prefix_cache_dir: str | None = None  # the prefix cache's disk tier (docs/prefix-cache.md)
@@ -263,6 +265,9 @@ def coerce(name: str, value: Any, source: str, text: bool = True) -> Any:
     kind = SCALARS[name]
     shown = "frontend" if name == "frontends" else name
     if kind is bool:
+        if name in OPTIONAL and (value is None or (
+                isinstance(value, str) and value.strip().lower() == "auto")):
+            return None  # auto: the engine decides
         return _boolean(shown, value, source, text)
     if isinstance(value, str) and kind is str:
         return None if name in OPTIONAL and not value else value  # "-s api_key=" unsets it
@@ -299,7 +304,8 @@ def _boolean(name: str, value: Any, source: str, text: bool) -> bool:
         return value
     if text and isinstance(value, str) and value.strip().lower() in (*_TRUE, *_FALSE):
         return value.strip().lower() in _TRUE
-    raise ConfigError(f"{name} must be true or false, got {value!r} ({source})")
+    also = ", or auto" if name in OPTIONAL else ""
+    raise ConfigError(f"{name} must be true or false{also}, got {value!r} ({source})")
 
 
 def unknown_key(key: str, source: str) -> ConfigError:

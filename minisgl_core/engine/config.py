@@ -63,7 +63,9 @@ class EngineConfig:
     # shortest suffix n-gram looked up: one-token matches mostly drafted wrong (docs/speculative.md)
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4  # longest suffix n-gram looked up
-    compile: bool = False  # decode steps through torch.compile'd graphs (compiled.py)
+    # decode steps through torch.compile'd graphs (compiled.py); None: where it works
+    # (compile_choice.py, the service's default)
+    compile: bool | None = False
     # batch-invariant kernels: a request's tokens do not depend on the batch, the prefill
     # chunking, speculation or compilation (docs/speculative.md, "Deterministic mode")
     deterministic: bool = False

@@ -19,6 +19,7 @@ from minisgl_core.engine import prompt_logprobs, quantization_choice
 from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.engine.attention import Workspace, build_metadata
 from minisgl_core.engine.batching import Batcher
+from minisgl_core.engine.compile_choice import resolve_compile
 from minisgl_core.engine.compiled import CompiledDecode
 from minisgl_core.engine.config import EngineConfig, ModelConfig, eos_token_ids
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
@@ -80,8 +81,10 @@ class Engine:
             extra["quantization"] = config.quantization
         self.model = model_class(cfg, dtype=self.dtype, device=self.device,
                                  max_seq_len=self.max_seq_len, **extra)
+        compile_step, self.compile_reason = resolve_compile(
+            config.compile, self.model, config.device, config.deterministic)
         if config.deterministic:
-            make_deterministic(self.model, config.compile)
+            make_deterministic(self.model, compile_step)
         self.load_report = load_weights(self.model, path, self.dtype, config.load_format)
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
@@ -105,10 +108,14 @@ class Engine:
         self.requests: dict[str, Request] = {}
         self.compiled: CompiledDecode | None = None
         self.forward: Callable[..., torch.Tensor] = self.model.forward
-        if config.compile:  # compiles in the background; the eager forward serves meanwhile
+        if compile_step:  # graphs from the cache before serving, else compiled meanwhile
             self.compiled = CompiledDecode(self.model, self.kv, self.workspace, self.device,
                                            config.deterministic)
-            self.compiled.start()
+            settings = {k: v for k, v in vars(config).items() if k != "compile"}
+            # a child process compiles where it can build the same engine: one rank, the CPU
+            child = (config, model_class) if self.tp is None and self.device.type == "cpu" \
+                else None
+            self.compiled.start(f"{settings!r} {cfg!r}", child)  # its graphs' configuration
             self.forward = self.compiled
         self.grammar = GrammarGate(None if self.tokenizer is None else GrammarCache(
             self.tokenizer, self.vocab_size, self.eos_token_ids))
@@ -176,6 +183,11 @@ class Engine:
             self.batcher.remove(req)
         return True
 
+    def when_idle(self) -> bool:
+        """Work for a moment with no request: load decode graphs compiled meanwhile. Whether
+        anything changed."""
+        return self.compiled is not None and self.compiled.when_idle()
+
     def has_work(self) -> bool:
         """True while any request is waiting or running."""
         return bool(self.batcher.waiting or self.batcher.running or self.grammar.parked)
@@ -195,7 +207,8 @@ class Engine:
                 "quantization_reason": self.quantization_reason,
                 "kv_cache_dtype": self.kv_cache_dtype,
                 "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own",
-                "compile": "off" if self.compiled is None else "on"}
+                "compile": "off" if self.compiled is None else "on",
+                "compile_reason": self.compile_reason}
 
     def stats(self) -> EngineStats:
         """Current load, page use and counters."""
@@ -207,7 +220,8 @@ class Engine:
         return EngineStats(len(s.running), waiting, self.num_pages, s.num_available,
                            self.page_size, s.num_preemptions, s.prompt_tokens,
                            self._generated_tokens, c.num_pages if c else 0,
-                           c.hit_tokens if c else 0, *self._spec_counts(), tiers)
+                           c.hit_tokens if c else 0, *self._spec_counts(), tiers,
+                           int(self.compiled is not None and self.compiled.ready))
 
     @property
     def kv_cache_dtype(self) -> str:

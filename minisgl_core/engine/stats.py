@@ -23,6 +23,7 @@ class EngineStats:
     spec_accepted_tokens: int = 0  # of those, accepted by verification
     # /metrics series of the prefix cache by tier, (name, value) (prefix_disk.tier_metrics)
     prefix_tiers: tuple[tuple[str, float], ...] = ()
+    decode_compiled: int = 0  # 1 once decode steps run as compiled graphs (engine/compiled.py)
 
     def as_dict(self) -> dict[str, int]:
         """The fields as a plain dict (for gauges and logs)."""

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # EngineConfig fields every rank must share (rank 0's win); device and threads stay local
 SHARED = ("dtype", "num_pages", "page_size", "max_seq_len_override", "max_running_requests",
-          "max_prefill_tokens", "seed", "cache", "quantization", "kv_cache_dtype")
+          "max_prefill_tokens", "seed", "cache", "quantization", "kv_cache_dtype", "compile")
 MODEL_FACTS = ("architecture", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
                "num_heads", "num_kv_heads", "head_dim")
 

@@ -77,14 +77,15 @@ def make_scheduler(context: RoleContext) -> Scheduler:
         "num_speculative_tokens": getattr(cfg, "num_speculative_tokens", None),
         "prompt_lookup_min": getattr(cfg, "prompt_lookup_min", None),
         "prompt_lookup_max": getattr(cfg, "prompt_lookup_max", None),
-        "compile": getattr(cfg, "compile", None),
         "deterministic": getattr(cfg, "deterministic", None),
         "prefix_cache_dir": getattr(cfg, "prefix_cache_dir", None),
         "prefix_cache_disk_gb": getattr(cfg, "prefix_cache_disk_gb", None),
         "load_format": getattr(cfg, "load_format", None),
         "kv_cache_dtype": getattr(cfg, "kv_cache_dtype", None),
     }
-    config = EngineConfig(**{k: v for k, v in fields.items() if v is not None})
+    # compile None is auto (on where the configuration has it), not "the engine's default"
+    config = EngineConfig(**{k: v for k, v in fields.items() if v is not None},
+                          compile=getattr(cfg, "compile", None))
     if cfg.tp == 1:
         return Engine(config, cls)  # which hands the heap freed while loading back to the OS
     import dataclasses

@@ -68,6 +68,9 @@ class SchedulerLoop:
                 if self._handle(data):
                     self._flush()
                     return
+            if not busy and not messages and hasattr(self.scheduler, "when_idle"):
+                # an idle wait ended with nothing to do; True: the engine changed (graphs in)
+                self._stats_dirty |= bool(self.scheduler.when_idle())
             if self.scheduler.has_work():
                 outputs = self.scheduler.step()
                 self._collect(outputs)
@@ -202,6 +205,7 @@ class SchedulerLoop:
             "kv_pages_total": float(s.pages_total), "kv_pages_free": float(s.pages_free),
             "scheduler_batch_peak": float(self.batch_peak),
             "kv_pages_cached": float(s.pages_cached),
+            "decode_step_compiled": float(getattr(s, "decode_compiled", 0)),
         }
         if getattr(s, "page_size", None):  # tokens per page, for the routers' cache_config_info
             gauges["kv_page_size"] = float(s.page_size)

@@ -1,14 +1,21 @@
 """The compiled decode step gives what the eager one gives: the same greedy tokens in fp32, the
-same logits within bf16's rounding, for a lone request and for batches of mixed lengths."""
+same logits within bf16's rounding, for a lone request and for batches of mixed lengths. A
+configuration compiled before loads its graphs before it is ready; new graphs compile at the
+lowest priority; auto compiles wherever the configuration has a compiled step."""
 
 from __future__ import annotations
 
+import os
 import random
+import sys
+import threading
+import time
 
 import pytest
 import torch
 
 from minisgl_core.engine.attention import build_metadata
+from minisgl_core.engine.compile_choice import AUTO_ON, resolve_compile
 from minisgl_core.wire.schema import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
@@ -106,3 +113,49 @@ def test_compiled_bf16_step_matches_eager_within_bf16_rounding(make_engine, drai
         scale = want.abs().max().item()
         assert (got - want).abs().max().item() <= 0.03 * scale, batch
         assert torch.equal(got.argmax(-1), want.argmax(-1)), batch
+
+
+def test_a_configuration_compiled_before_loads_its_graphs_before_ready(compiled_fp32,
+                                                                       make_engine) -> None:
+    # compiled_fp32 compiled (or loaded) these graphs: the marker of its configuration says so
+    assert compiled_fp32.compiled.marker is not None and compiled_fp32.compiled.marker.exists()
+    again = make_engine("llama", page_size=4, compile=None)  # auto: the service's default
+    assert again.compiled is not None and again.compiled.loaded_before_ready
+    assert again.compiled.ready and again.stats().decode_compiled == 1  # before any step
+    assert again.info()["compile"] == "on" and again.info()["compile_reason"] == AUTO_ON
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority: Linux")
+def test_new_graphs_compile_on_a_thread_at_the_lowest_priority(compiled_fp32,
+                                                               monkeypatch) -> None:
+    from minisgl_core.engine.compiled import CompiledDecode
+
+    engine = compiled_fp32
+    seen: list[int] = []
+    compiler = CompiledDecode(engine.model, engine.kv, engine.workspace, engine.device)
+    monkeypatch.setattr(compiler, "_compile_all", lambda doing: seen.append(
+        os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+    compiler.start(f"a configuration no engine had {time.time_ns()}")
+    assert not compiler.marker.exists() and compiler.wait(30) is False  # nothing compiled
+    assert seen == [19] and not compiler.loaded_before_ready
+
+
+def test_auto_compiles_unless_the_configuration_has_no_compiled_step(monkeypatch) -> None:
+    from minisgl_core.engine import compile_choice
+
+    class Plain:  # a model with no batch-invariant compiled step
+        pass
+
+    class Invariant:
+        compiles_deterministic = True
+
+    assert resolve_compile(None, Plain(), "cpu", False) == (True, AUTO_ON)
+    assert resolve_compile(None, Invariant(), "cpu", True) == (True, AUTO_ON)
+    on, why = resolve_compile(None, Plain(), "cpu", True)
+    assert not on and "Plain's compiled step is not batch-invariant" in why
+    assert resolve_compile(False, Plain(), "cpu", False) == (False, "off (asked for)")
+    assert resolve_compile(True, Plain(), "cpu", False) == (True, "on (asked for)")
+    monkeypatch.setattr(compile_choice, "c_compiler", lambda: None)
+    on, why = resolve_compile(None, Plain(), "cpu", False)
+    assert not on and "no C++ compiler" in why
+    assert resolve_compile(None, Plain(), "cuda:0", False) == (True, AUTO_ON)  # triton's

@@ -37,8 +37,8 @@ def hub_env(stub: HubStub, tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a launch against the stub, with a cache of this test's own; online
     unless ``extra`` says otherwise (launch_service lays it over this process's environment,
     where an earlier test's tokenizer may have set HF_HUB_OFFLINE)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MINISGL_", "HF_")) and k != "TRANSFORMERS_OFFLINE"}
+    env = {k: v for k, v in os.environ.items() if k == "MINISGL_COMPILE"
+           or not k.startswith(("MINISGL_", "HF_")) and k != "TRANSFORMERS_OFFLINE"}
     return {**env, "HF_ENDPOINT": stub.url, "HF_HOME": str(tmp_path / "hf"),
             "MINISGL_CACHE_DIR": str(own_cache_dir(tmp_path / "minisgl")), "HF_HUB_OFFLINE": "0",
             "TRANSFORMERS_OFFLINE": "0", **extra}

@@ -21,6 +21,7 @@ ENGINE_GAUGES = {
     "kv_pages_free": "KV cache pages that can be allocated now (free, or held only by the "
                      "prefix cache).",
     "kv_pages_cached": "KV cache pages held by the prefix cache.",
+    "decode_step_compiled": "1 once decode steps run as compiled graphs, else 0 (eager).",
 }
 _OWNED = {"minisgl_prompt_tokens_total", "minisgl_generation_tokens_total",
           "minisgl_requests_finished_total", "minisgl_time_to_first_token_seconds",

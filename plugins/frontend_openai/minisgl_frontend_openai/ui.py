@@ -69,7 +69,7 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
             info[key] = facts[key]
             info[f"{key}_reason"] = facts.get(f"{key}_reason", "")
     # the matmul kernels chosen, what the KV pages hold, the decode step compiled
-    for key in ("kernels", "kv_cache_dtype", "compile"):
+    for key in ("kernels", "kv_cache_dtype", "compile", "compile_reason"):
         if key in facts:
             info[key] = facts[key]
     return info
