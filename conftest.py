@@ -43,3 +43,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         hog = _HOGS.pop()
         hog.kill()
         hog.wait()
+
+
+@pytest.fixture
+def short_idle_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`minisgl bench compare` samples each service's idle CPU for half a second, not three:
+    the tests check that it is sampled, not the figure (eight seconds a service otherwise)."""
+    from minisgl_core.bench import compare_service
+
+    monkeypatch.setattr(compare_service, "IDLE_SAMPLE_S", 0.5)
+    monkeypatch.setattr(compare_service, "IDLE_SETTLE_S", 0.2)

@@ -19,12 +19,12 @@ from minisgl_core.bench.peers import KV_CACHE_GIB, MAX_MODEL_LEN, PeerSpec
 from minisgl_core.bench.serve import run_serve
 
 IDLE_SETTLE_S = 1.0  # let the last request's bookkeeping finish before idle CPU is sampled
+IDLE_SAMPLE_S = 3.0  # how long idle CPU is sampled
 COMPILE_WAIT_S = 1200.0  # a first start's graphs: ~1.5 min at 135M on 2 cores
 # `--mode NAME`: the settings of one minisgl service per mode, measured side by side. fp32 and
 # bf16 name the weights too: a GGUF is otherwise served in its own format (--quantization auto)
 NONE = "quantization=none"
 MODES = {"default": (),  # `minisgl launch` with no flags: what users get
-         "eager": ("compile=false",),  # the same with its decode step left eager
          "fp32": ("dtype=float32", NONE), "bf16": ("dtype=bfloat16", NONE),
          "int8": ("quantization=int8",), "int8-wo": ("quantization=int8-wo",),
          "int4": ("quantization=int4",), "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
@@ -33,7 +33,8 @@ MODES = {"default": (),  # `minisgl launch` with no flags: what users get
          "bf16-kv-int8": ("dtype=bfloat16", NONE, "kv_cache_dtype=int8"),
          # the batch-invariant kernels (--deterministic)
          "fp32-deterministic": ("dtype=float32", NONE, "deterministic=true"),
-         "bf16-deterministic": ("dtype=bfloat16", NONE, "deterministic=true")}
+         "bf16-deterministic": ("dtype=bfloat16", NONE, "deterministic=true"),
+         "eager": ("compile=false",)}  # no flags but the decode step left eager
 
 
 def peer_limits(model_dir: str, launch_args: Sequence[str] = ()) -> dict[str, int]:
@@ -84,10 +85,11 @@ def cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
-def idle_cpu_percent(pid: int, seconds: float = 3.0) -> float:
-    """CPU used by ``pid`` and its descendants over ``seconds``, in % of one core."""
+def idle_cpu_percent(pid: int, seconds: float | None = None) -> float:
+    """CPU used by ``pid`` and its descendants over ``seconds`` (IDLE_SAMPLE_S), in % of one
+    core."""
     before, t0 = cpu_seconds(pid), time.monotonic()
-    time.sleep(seconds)
+    time.sleep(IDLE_SAMPLE_S if seconds is None else seconds)
     after, wall = cpu_seconds(pid), time.monotonic() - t0
     return 100 * sum(after[k] - before[k] for k in after.keys() & before.keys()) / wall
 

@@ -1,7 +1,7 @@
 """The compiled decode step gives what the eager one gives: the same greedy tokens in fp32, the
-same logits within bf16's rounding, for a lone request and for batches of mixed lengths. A
-configuration compiled before loads its graphs before it is ready; new graphs compile at the
-lowest priority; auto compiles wherever the configuration has a compiled step."""
+same logits within bf16's rounding, for a lone request and for batches of mixed lengths. New
+graphs compile at the lowest priority; auto compiles wherever the configuration has a compiled
+step (the service's default end to end: tests/service/test_service_compiled.py)."""
 
 from __future__ import annotations
 
@@ -113,16 +113,6 @@ def test_compiled_bf16_step_matches_eager_within_bf16_rounding(make_engine, drai
         scale = want.abs().max().item()
         assert (got - want).abs().max().item() <= 0.03 * scale, batch
         assert torch.equal(got.argmax(-1), want.argmax(-1)), batch
-
-
-def test_a_configuration_compiled_before_loads_its_graphs_before_ready(compiled_fp32,
-                                                                       make_engine) -> None:
-    # compiled_fp32 compiled (or loaded) these graphs: the marker of its configuration says so
-    assert compiled_fp32.compiled.marker is not None and compiled_fp32.compiled.marker.exists()
-    again = make_engine("llama", page_size=4, compile=None)  # auto: the service's default
-    assert again.compiled is not None and again.compiled.loaded_before_ready
-    assert again.compiled.ready and again.stats().decode_compiled == 1  # before any step
-    assert again.info()["compile"] == "on" and again.info()["compile_reason"] == AUTO_ON
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority: Linux")
