@@ -37,7 +37,7 @@ def test_the_default_compiles_aside_then_serves_the_graphs_and_loads_them_at_the
         assert (meta["compile"], meta["compile_reason"]) == ("on", AUTO_ON)
         eager = _greedy(svc)  # served while the child compiles
         children = [p for p in psutil.Process(svc.proc.pid).children(recursive=True)
-                    if "minisgl_core.engine.compile_child" in " ".join(p.cmdline())]
+                    if "minisgl_core.engine.compile_worker" in " ".join(p.cmdline())]
         assert children and all(p.nice() == 19 for p in children)
         svc.wait_metrics(lambda m: m[COMPILED] == 1, timeout=600,
                          what="the compiled decode step to serve")
