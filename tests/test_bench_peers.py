@@ -85,6 +85,14 @@ def test_llamacpp_server_command_line(tmp_path: Path) -> None:
         "llama.cpp server Q4_1", "GGUF Q4_1", Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"))
     q8 = peers.llamacpp_spec(Path("/m/SmolLM2-135M-Instruct.Q8_0.gguf"), 8, tmp_path)
     assert (q8.name, q8.scheme) == ("llama.cpp server Q8_0", "GGUF Q8_0")
+    # 32 slots of 2,048 tokens at Qwen3-1.7B's 114,688 bytes a token pass 2 GiB: one pool of
+    # 2 GiB shared by the slots, as vLLM's and minisgl's KV caches
+    big = peers.llamacpp_spec(Path("/m/Qwen3-1.7B-Q4_0.gguf"), 32, tmp_path,
+                              kv_bytes_per_token=28 * 2 * 8 * 128 * 2)
+    assert big.command(8123)[-4:] == ["--ctx-size", str((2 << 30) // 114_688), "--kv-unified",
+                                      "--no-webui"]
+    small = peers.llamacpp_spec(Path("/m/m.gguf"), 32, tmp_path, kv_bytes_per_token=23_040)
+    assert small.command(8123)[-3:] == ["--ctx-size", str(32 * 2048), "--no-webui"]
 
 
 def test_hf_copy_of_a_converted_model(tmp_path: Path) -> None:

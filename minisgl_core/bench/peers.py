@@ -207,17 +207,32 @@ def dummy_ggufs(model_config: str, kinds: Sequence[str] = DUMMY_GGUF_TYPES,
     return [f16 if kind == "F16" else gguf_quantized(f16, kind, root=root) for kind in kinds]
 
 
-def llamacpp_spec(gguf: Path, slots: int, root: Path | None = None) -> PeerSpec:
+def llamacpp_spec(gguf: Path, slots: int, root: Path | None = None,
+                  kv_bytes_per_token: int = 0) -> PeerSpec:
     """llama.cpp's own C++ server (`make bench-peers PEERS=llamacpp` builds it) on ``gguf``:
     as many threads as this process has CPUs, ``slots`` parallel sequences of up to
-    MAX_MODEL_LEN tokens each, continuous batching (its default)."""
+    MAX_MODEL_LEN tokens each, continuous batching (its default). Where that many tokens of
+    f16 KV (``kv_bytes_per_token`` each) pass KV_CACHE_GIB, the slots share one pool of that
+    size instead (``--kv-unified``), as vLLM's and minisgl's do."""
     server = peer_venv("llamacpp", root, "llama-server") / "bin" / "llama-server"
     threads = str(len(os.sched_getaffinity(0)))
+    ctx, pool = MAX_MODEL_LEN * slots, ()
+    if kv_bytes_per_token * ctx > KV_CACHE_GIB << 30:
+        ctx = max(MAX_MODEL_LEN, (KV_CACHE_GIB << 30) // kv_bytes_per_token)
+        pool = ("--kv-unified",)
     argv = (str(server), "--model", str(gguf), "--host", "127.0.0.1", "--port", "{port}",
             "--threads", threads, "--threads-batch", threads, "--parallel", str(slots),
-            "--ctx-size", str(MAX_MODEL_LEN * slots), "--no-webui")
+            "--ctx-size", str(ctx), *pool, "--no-webui")
     kind = gguf_type(gguf) or gguf.name
     return PeerSpec(f"llama.cpp server {kind}", argv, {}, 300.0, f"GGUF {kind}", gguf)
+
+
+def f16_kv_bytes_per_token(model_dir: str) -> int:
+    """Bytes of f16 K and V a token takes in every layer of the model in ``model_dir``."""
+    from minisgl_core.engine.config import ModelConfig
+
+    c = ModelConfig.from_dir(Path(model_dir))
+    return c.num_layers * 2 * c.num_kv_heads * c.head_dim * 2
 
 
 def command_spec(text: str) -> PeerSpec:
@@ -255,7 +270,8 @@ def build_specs(names: Sequence[str], commands: Sequence[str], model_dir: str,
         else:
             peer_venv("llamacpp", program="llama-server")
             ggufs = dummy_ggufs(model_config) if model_config else llamacpp_ggufs()
-            specs += [llamacpp_spec(g, slots) for g in ggufs]
+            kv = f16_kv_bytes_per_token(model_dir)
+            specs += [llamacpp_spec(g, slots, kv_bytes_per_token=kv) for g in ggufs]
     return specs + [command_spec(c) for c in commands]
 
 
