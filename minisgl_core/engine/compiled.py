@@ -149,6 +149,9 @@ class CompiledDecode:
 
     def _in_background(self) -> None:
         _lowest_priority()
+        self._in_foreground()
+
+    def _in_foreground(self) -> None:
         self._compile_all("compiling")
         if self.ready and self.marker is not None:  # the next start loads them before serving
             write_marker(self.marker, self.compile_s)
@@ -172,11 +175,16 @@ class CompiledDecode:
         self._compile_all("compiling")
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the background compiles end (and load a child's graphs); whether both
-        graphs are ready."""
-        if self._child is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._child.wait(timeout)
+        """Block until the background compiles end; whether both graphs are ready. A child
+        still compiling is stopped and the graphs compiled on this thread instead, at its
+        priority: the caller waits for them anyway (``timeout`` bounds a thread's only)."""
+        child = self._child
+        if child is not None and child.poll() is None and not self._closed:
+            child.kill()
+            child.wait()
+            self._child = None
+            self._in_foreground()
+        elif child is not None:
             self.when_idle()
         if self._thread is not None:
             self._thread.join(timeout)
