@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from minisgl_core.import_path import load_target
 
 
 def _die_with_parent() -> None:
@@ -24,21 +25,13 @@ def _die_with_parent() -> None:
 
 
 def class_name(cls: Any) -> str | None:
-    """``module:qualname`` of ``cls``, when another process can import it by that name."""
+    """``module:qualname`` of ``cls``, when another process can import it by that name
+    (``load_target``)."""
     name = f"{cls.__module__}:{cls.__qualname__}"
     try:
-        return name if find_class(name) is cls else None
+        return name if load_target(name) is cls else None
     except (ImportError, AttributeError):
         return None
-
-
-def find_class(name: str) -> Any:
-    """The class ``class_name`` named."""
-    module, _, qualname = name.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found
 
 
 def spawn(config: Any, model_class: Any, marker: Path,
@@ -60,4 +53,4 @@ def spawn(config: Any, model_class: Any, marker: Path,
     return proc
 
 
-__all__ = ["class_name", "find_class", "spawn"]
+__all__ = ["class_name", "spawn"]

@@ -19,17 +19,17 @@ def main() -> int:
                         format="%(asctime)s compile-child %(levelname)s %(message)s")
     import torch
 
-    from minisgl_core.engine.compile_child import find_class
     from minisgl_core.engine.compiled import CompiledDecode, write_marker
     from minisgl_core.engine.config import EngineConfig
     from minisgl_core.engine.engine import Engine
+    from minisgl_core.import_path import load_target
 
     torch.set_num_threads(job["threads"])
     # the graphs' shapes are the engine's: the same pool and weights; no prefaulted pages, no
     # disk tier, no compiled step of its own
     config = EngineConfig(**{**job["config"], "compile": False, "cache": "naive",
                              "prefix_cache_dir": None})
-    engine = Engine(config, find_class(job["model_class"]))
+    engine = Engine(config, load_target(job["model_class"]))
     compiled = CompiledDecode(engine.model, engine.kv, engine.workspace, engine.device,
                               config.deterministic)
     compiled.compile_now()

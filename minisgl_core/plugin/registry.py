@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from minisgl_core.did_you_mean import suggest as suggest  # re-exported: transports use it
+from minisgl_core.import_path import load_target as load_target  # re-exported
 
 if TYPE_CHECKING:
     from minisgl_core.config.launch import LaunchConfig
@@ -39,15 +39,6 @@ def unknown_message(kind: str, name: str, names: list[str]) -> str:
     """The one message for an unknown name: suggestion plus the installed names."""
     installed = ", ".join(sorted(names)) if names else "(none)"
     return f'unknown {kind} "{name}";{suggest(name, names)} installed: {installed}'
-
-
-def load_target(spec: str) -> Any:
-    """Import ``"package.module:attr.sub"`` and return the attribute."""
-    module_name, _, attr_path = spec.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def check_target(target: object) -> None:
