@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -179,10 +178,12 @@ def wait_compiled(url: str, timeout_s: float = COMPILE_WAIT_S) -> float:
     compiles in the background); RuntimeError past ``timeout_s``."""
     import httpx
 
+    from minisgl_core.testing.service import parse_metrics
+
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-        if re.search(r"^minisgl_decode_step_compiled 1(\.0)?$", text, flags=re.M):
+        metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+        if metrics.get("minisgl_decode_step_compiled") == 1:
             return time.monotonic() - t0
         time.sleep(1.0)
     raise RuntimeError(f"the decode step of {url} did not compile in {timeout_s:.0f} s")
