@@ -39,6 +39,9 @@ int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint1
                  const uint16_t *mn, int out, float *y, int threads);
 int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
                          int a, int b, uint16_t *out, int threads);
+/* the same from int4 weights in 16-output panels (wo_int4_panels' q, scale and mn) */
+int wo_int4_panels_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn,
+                                int in, int a, int b, uint16_t *out, int threads);
 
 /* int4 weights repacked at load into 16-output panels (q [panels][groups][4][16][4] bytes,
  * scale and mn fp16 [panels][groups][16]) against int8 inputs (each row rounded in groups of 32

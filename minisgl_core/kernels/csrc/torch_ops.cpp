@@ -41,7 +41,8 @@ constexpr int64_t kBucketTop[kBuckets - 1] = MINISGL_BUCKET_TOP;
 constexpr int64_t kTileElems = MINISGL_TILE_ELEMS;
 
 enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
-                  Int8WOGemm, Int4Gemm, Int4Panels, Int8WOPanels, Int8WODequant, Int4Dequant };
+                  Int8WOGemm, Int4Gemm, Int4Panels, Int8WOPanels, Int8WODequant, Int4Dequant,
+                  Int4PanelsDequant };
 
 Kind kind_of(const std::string &name) {
     static const std::unordered_map<std::string, Kind> kinds = {
@@ -54,7 +55,8 @@ Kind kind_of(const std::string &name) {
         {"int4-gemm", Kind::Int4Gemm},   {"int4-panels", Kind::Int4Panels},
         {"int8-wo-panels", Kind::Int8WOPanels},
         {"int8-wo-dequant", Kind::Int8WODequant},
-        {"int4-dequant", Kind::Int4Dequant}};
+        {"int4-dequant", Kind::Int4Dequant},
+        {"int4-panels-dequant", Kind::Int4PanelsDequant}};
     auto it = kinds.find(name);
     TORCH_CHECK(it != kinds.end(), "minisgl: no native kernel named ", name);
     return it->second;
@@ -274,6 +276,29 @@ at::Tensor dequant_mm(const Entry &e, const at::Tensor &x,
     return add_into(parts.size() == 1 ? parts[0] : at::cat(parts, 1), e.bias, residual);
 }
 
+// bf16 rows against int4 panels dequantized into bf16 a tile of whole panels at a time, then
+// torch's GEMM (oneDNN; AMX's where the CPU has it), as wo_panels.py's WeightOnlyPanelsDequant.
+// The kernel choice offers it only where the CPU has AVX512-BF16, from 17 rows.
+at::Tensor panels_dequant_mm(const Entry &e, const at::Tensor &x,
+                             const std::optional<at::Tensor> &residual) {
+    TORCH_CHECK(x.scalar_type() == at::kBFloat16, "minisgl: int4-panels-dequant takes bf16 rows");
+    int64_t out = e.out_features, in = e.in_features;
+    int64_t step = std::max<int64_t>(1, kTileElems / in / 16) * 16;
+    std::vector<at::Tensor> parts;
+    for (int64_t a = 0; a < out; a += step) {
+        int64_t b = std::min(out, a + step);
+        at::Tensor tile = at::empty({b - a, in}, x.options());
+        int done = wo_int4_panels_dequant_bf16(
+            e.weight[0].data_ptr<uint8_t>(),
+            reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
+            reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), in, a, b,
+            reinterpret_cast<uint16_t *>(tile.data_ptr()), at::get_num_threads());
+        TORCH_CHECK(done == 0, "minisgl: int4-panels-dequant needs AVX512-BF16");
+        parts.push_back(at::mm(x, tile.t()));
+    }
+    return add_into(parts.size() == 1 ? parts[0] : at::cat(parts, 1), e.bias, residual);
+}
+
 at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &residual,
                          c10::string_view handle) {
     const Entry *e;
@@ -297,6 +322,7 @@ at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &r
     case Kind::Int4Gemm: return gemm(*e, x, residual);
     case Kind::Int4Panels:
     case Kind::Int8WOPanels: return panels(*e, x, residual, e->kind[b]);
+    case Kind::Int4PanelsDequant: return panels_dequant_mm(*e, x.contiguous(), residual);
     default: return dequant_mm(*e, x, residual);
     }
 }

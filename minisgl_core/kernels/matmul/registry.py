@@ -13,7 +13,7 @@ from minisgl_core.kernels.matmul.weight_only import (
     WeightOnlyNative,
 )
 from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
-from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels
+from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels, WeightOnlyPanelsDequant
 
 
 def fp32_kernels() -> list[Kernel]:
@@ -24,7 +24,7 @@ def fp32_kernels() -> list[Kernel]:
 def weight_only_kernels(scheme: str) -> list[Kernel]:
     """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
     return [WeightOnlyNative(scheme), WeightOnlyPanels(scheme), WeightOnlyAmx(scheme),
-            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme)]
+            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), WeightOnlyPanelsDequant(scheme)]
 
 
 def all_kernels() -> dict[str, Kernel]:

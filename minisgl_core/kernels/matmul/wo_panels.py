@@ -9,7 +9,9 @@ vpdpbusd multiplies 64 weights by 4 input bytes broadcast, and a panel's 16 sums
 vector's lanes. The inputs are rounded at the call, in groups of 32: ``d = max|x| / 127``,
 ``qx = round(x / d)`` (ggml's Q8_1, which its Q4_1 and Q8_0 dot products use too). Being a
 layout of its own, the kernel choice weighs it against the scheme's other layout over every
-bucket at once (docs/design/kernels.md, 2.).
+bucket at once (docs/design/kernels.md, 2.). For prefill-sized steps the same panels can also be
+dequantized into bf16 a tile at a time for torch's GEMM (``int4-panels-dequant``), which runs on
+AMX's tile multiply where the CPU has it.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
+from minisgl_core.kernels.matmul.base import add_bias_residual
 from minisgl_core.kernels.matmul.w8a8 import quantize_weight
 from minisgl_core.kernels.matmul.weight_only import (
     GROUP,
     PROFILE_NAMES,
+    TILE_ELEMS,
     Int4Weight,
     Int8Weight,
     WeightOnlyKernel,
@@ -195,3 +199,57 @@ class WeightOnlyPanels(WeightOnlyKernel):
     def run(self, packed: Int4Panels | Int8Panels, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
         return fused_run(panels_matmul, packed, x, bias, residual)
+
+
+def panels_tile_bf16(p: Int4Panels, a: int, b: int) -> torch.Tensor | None:
+    """Outputs ``[a, b)`` of int4 panels as the bf16 weight ``[b - a, in]`` (nib * scale + min
+    in fp32, rounded once: ``dequantize_int4`` of the same weight, in bf16) by
+    csrc/avx512/wo_int4_bf16.c; None where the library or AVX512-BF16 is missing."""
+    lib = native.library()
+    if lib is None:
+        return None
+    out = torch.empty(b - a, p.in_features, dtype=torch.bfloat16)
+    done = lib.wo_int4_panels_dequant_bf16(p.q.data_ptr(), p.scale.data_ptr(), p.min.data_ptr(),
+                                           p.in_features, a, b, out.data_ptr(),
+                                           torch.get_num_threads())
+    return out if done == 0 else None
+
+
+class WeightOnlyPanelsDequant(WeightOnlyPanels):
+    """int4 panels dequantized into bf16 a tile of whole panels at a time, then torch's GEMM
+    (oneDNN, on AMX's tile multiply where the CPU has it): the panels' layout for many rows,
+    inputs not rounded (CPU with AVX512-BF16, bf16 inputs, from 17 rows)."""
+
+    rounds_inputs = False
+
+    def __init__(self, scheme: str = "int4") -> None:
+        super().__init__(scheme)
+        self.name = f"{scheme}-panels-dequant"
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        if self.scheme != "int4" or device.type != "cpu" or dtype != torch.bfloat16:
+            return False
+        gen = torch.Generator().manual_seed(0)
+        w, x = torch.randn(24, 72, generator=gen), torch.randn(5, 72, generator=gen).bfloat16()
+        packed = self.pack(w)
+        if panels_tile_bf16(packed, 0, 24) is None:
+            return False
+        want = x.float() @ dequantize_int4(from_panels(packed)).bfloat16().float().t()
+        y = self.run(packed, x, None, None)
+        return torch.allclose(y.float(), want, rtol=1e-2, atol=1e-2)
+
+    def serves(self, rows: int) -> bool:
+        # the whole weight is dequantized at every call: worth it only over many rows
+        return rows > 16
+
+    def run(self, packed: Int4Panels, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        out = packed.out_features
+        step = max(1, TILE_ELEMS // packed.in_features // PANEL) * PANEL
+        parts = []
+        for a in range(0, out, step):
+            tile = panels_tile_bf16(packed, a, min(out, a + step))
+            assert tile is not None, "int4-panels-dequant ran where available() said it could not"
+            parts.append(x @ tile.t())
+        y = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+        return add_bias_residual(y, bias, residual)

@@ -10,7 +10,8 @@
  * m16 = min - 16 scale a lane adds s16 * sum(f x) + m16 * sum(x) once per block. About 22 vector
  * ops per 128 weights against 33 for the fp32 block path, whose inputs stay fp32: this one is
  * for inputs that already are bf16 (the engine computing in bf16), rounded nowhere else.
- * wo_int4_dequant_bf16 writes a tile of the weight as bf16 instead, for AMX's GEMM from 32 rows.
+ * wo_int4_dequant_bf16 writes a tile of the weight as bf16 instead, for AMX's GEMM from 32 rows
+ * (wo_int4_panels_dequant_bf16: of the same weight in 16-output panels).
  */
 #include "../minisgl_kernels.h"
 #include <stdint.h>
@@ -188,20 +189,33 @@ TB static void all_rows(const uint8_t *xp, int T, int blocks, int groups, const 
 
 /* Rows [a, b) of the weight as bf16 [b - a, in]: nib * scale + min in fp32, rounded to nearest
  * even, for a GEMM on AMX where many input rows share each weight (dequantizing costs about as
- * much as a few rows of the dot-product path, and the GEMM's rows are then almost free) */
+ * much as a few rows of the dot-product path, and the GEMM's rows are then almost free). The
+ * weight in rows (q [out][groups][16], scale and mn [out][groups]) or, with ``panels``, in
+ * wo_panels.c's 16-output panels (q [panels][groups][4][16][4]: output o's bytes 4k..4k+3 of a
+ * group are dword o % 16 of the group's vector k; scale and mn [panels][groups][16]): the same
+ * group bytes either way, so the same bf16 values. */
 TB static void dequant_rows(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
-                            int a, int b, uint16_t *out, int threads) {
+                            int a, int b, uint16_t *out, int threads, int panels) {
     int groups = (in + GROUP - 1) / GROUP;
     const __m128i low4 = _mm_set1_epi8(0x0f);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int o = a; o < b; o++) {
-        const uint8_t *w = q + (int64_t)o * groups * 16;
         uint16_t *dst = out + (int64_t)(o - a) * in;
+        int64_t panel = o / 16, lane = o % 16;
         for (int g = 0; g < groups; g++) {
-            __m128i raw = _mm_loadu_si128((const __m128i *)(w + g * 16));
+            __m128i raw;
+            int64_t at;  /* the group's scale and min */
+            if (panels) {
+                const int32_t *v = (const int32_t *)(q + (panel * groups + g) * 256) + lane;
+                raw = _mm_set_epi32(v[48], v[32], v[16], v[0]);
+                at = (panel * groups + g) * 16 + lane;
+            } else {
+                raw = _mm_loadu_si128((const __m128i *)(q + ((int64_t)o * groups + g) * 16));
+                at = (int64_t)o * groups + g;
+            }
             __m128i lo = _mm_and_si128(raw, low4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
-            __m512 s = _mm512_set1_ps(_cvtsh_ss(scale[(int64_t)o * groups + g]));
-            __m512 m = _mm512_set1_ps(_cvtsh_ss(mn[(int64_t)o * groups + g]));
+            __m512 s = _mm512_set1_ps(_cvtsh_ss(scale[at]));
+            __m512 m = _mm512_set1_ps(_cvtsh_ss(mn[at]));
             __m256bh w0 = _mm512_cvtneps_pbh(_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, m));
             __m256bh w1 = _mm512_cvtneps_pbh(_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, m));
             int left = in - g * GROUP;  /* elements 0-15 low nibbles, 16-31 high ones */
@@ -218,7 +232,16 @@ int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t
     static int has = -1;
     if (has < 0) has = wo_has_bf16();
     if (!has) return -1;
-    dequant_rows(q, scale, mn, in, a, b, out, threads);
+    dequant_rows(q, scale, mn, in, a, b, out, threads, 0);
+    return 0;
+}
+
+int wo_int4_panels_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn,
+                                int in, int a, int b, uint16_t *out, int threads) {
+    static int has = -1;
+    if (has < 0) has = wo_has_bf16();
+    if (!has) return -1;
+    dequant_rows(q, scale, mn, in, a, b, out, threads, 1);
     return 0;
 }
 
@@ -242,6 +265,10 @@ int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint1
 int wo_has_bf16(void) { return 0; }
 int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
                          int a, int b, uint16_t *out, int threads) {
+    return -1;
+}
+int wo_int4_panels_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn,
+                                int in, int a, int b, uint16_t *out, int threads) {
     return -1;
 }
 int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
