@@ -23,8 +23,10 @@ def fp32_kernels() -> list[Kernel]:
 
 def weight_only_kernels(scheme: str) -> list[Kernel]:
     """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
+    # the int4 panels dequantized for torch's GEMM: no int8 twin
+    panels_gemm = [WeightOnlyPanelsDequant(scheme)] if scheme == "int4" else []
     return [WeightOnlyNative(scheme), WeightOnlyPanels(scheme), WeightOnlyAmx(scheme),
-            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), WeightOnlyPanelsDequant(scheme)]
+            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), *panels_gemm]
 
 
 def all_kernels() -> dict[str, Kernel]:
