@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from minisgl_core.kernels import BUCKETS, Kernel
-from minisgl_core.kernels.matmul.choice import candidates, choose
+from minisgl_core.kernels.matmul import choice as kernel_choice
+from minisgl_core.kernels.matmul.choice import candidates, choose, timed_width
 
 CPU, FP32 = torch.device("cpu"), torch.float32
 SHAPES = {"qkv": (96, 64), "down": (64, 128)}
@@ -104,6 +105,33 @@ def test_a_kernel_is_neither_timed_nor_picked_below_the_rows_it_serves(
     choice = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=timer)
     assert ("onednn", BUCKETS[0]) not in timed and ("onednn", BUCKETS[1]) in timed
     assert choice.names()["qkv"] == ["onednn-rows"] + ["onednn"] * (len(BUCKETS) - 1)
+
+
+def test_the_default_models_layers_are_timed_whole_and_larger_ones_trimmed() -> None:
+    smollm2 = {"qkv": (960, 576), "gate_up": (3072, 576), "down": (576, 1536)}
+    assert all(timed_width(out, inp) == out for out, inp in smollm2.values())
+    assert timed_width(49152, 576) == 8192  # its LM head, as before the trim was by weights
+    # Qwen3-1.7B: untrimmed, its five shapes ran past the budget at every start
+    for out, inp in [(4096, 2048), (12288, 2048), (2048, 6144), (151936, 2048)]:
+        width = timed_width(out, inp)
+        assert width % 64 == 0 and 64 <= width < out and width * inp <= kernel_choice.MAX_WEIGHTS
+    assert timed_width(4096, 10**6) == 64  # never fewer rows than one block
+
+
+def test_a_wide_layer_runs_its_kernels_on_its_first_rows_only(tmp_path: Path, monkeypatch,
+                                                               pool_names) -> None:
+    monkeypatch.setattr(kernel_choice, "MAX_WEIGHTS", 128 * 64)
+    widths: dict[str, set[int]] = {"qkv": set(), "lm_head": set()}
+
+    def timer(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+        out = kernel.run(packed, x, None, None).shape[-1]
+        widths["lm_head" if out != 96 else "qkv"].add(out)
+        return 1.0
+
+    choice = choose({"qkv": (96, 64), "lm_head": (5000, 64)}, CPU, FP32, cache=tmp_path,
+                    budget_s=SCRIPTED_BUDGET_S, timer=timer)
+    assert widths == {"qkv": {96}, "lm_head": {128}}
+    assert choice.source.startswith("measured") and "partly" not in choice.source
 
 
 def test_a_different_cache_key_measures_again(tmp_path: Path, pool_names) -> None:

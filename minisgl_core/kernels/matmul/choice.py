@@ -34,17 +34,19 @@ log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
 REPEATS = 4  # timed runs per kernel and bucket, after one warm-up; the fastest counts
 BIG = 3e8  # multiply-adds (rows x out x in) above which one timed run is enough
-# Wider layers (an LM head: 49,152 x 576) are timed on their first MAX_OUT output rows: the time
-# grows linearly with the output width there, and the ranking of kernels does not change.
-MAX_OUT = 8192
+# Larger layers are timed on their first output rows, up to MAX_WEIGHTS weights (the default
+# model's LM head, 49,152 x 576, on 8,192 rows): the time grows linearly with the output width
+# there, and the ranking of kernels does not change. So the whole choice fits its budget at any
+# model size: untrimmed, Qwen3-1.7B's five shapes ran past it at every start.
+MAX_WEIGHTS = 8192 * 576
 # Up to COLD_ROWS rows a matmul is bound by reading its weight, which a decode step streams from
 # memory (the model is far larger than any cache). Timed with a weight left in cache by the
 # previous run, a kernel that computes fast but streams slowly would win: so those runs read
 # COLD_BYTES of something else first (more than a server's L3).
 COLD_ROWS = 16
 BUSY_LOAD = 0.5  # load average per core above which timings are taken beside other work
-METHOD = 4  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
-# timed only where it serves) invalidates old choices
+METHOD = 5  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
+# timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS) invalidates old choices
 COLD_BYTES = 64 << 20
 
 Shapes = Mapping[str, tuple[int, int]]  # role -> (out, in)
@@ -221,7 +223,7 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
             if len(pool) < 2:
                 continue
             # values barely matter to a matmul's speed; a constant avoids randn's cost on 28M
-            out = min(out, MAX_OUT)
+            out = timed_width(out, inp)
             weight = torch.full((out, inp), 0.01, dtype=dtype)
             packed: dict[str, object] = {}
             for k in pool:
@@ -246,6 +248,12 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
                 if time.perf_counter() > deadline:
                     return times, False
     return times, True
+
+
+def timed_width(out: int, inp: int) -> int:
+    """The output rows a layer of ``out`` x ``inp`` weights is timed on: all of them, or the
+    first MAX_WEIGHTS worth (whole 64-row blocks, at least one)."""
+    return min(out, max(64, MAX_WEIGHTS // inp // 64 * 64))
 
 
 def _pick(pool: Sequence[Kernel], times: Mapping[str, Sequence[float]]) -> tuple[Kernel, ...]:
