@@ -74,8 +74,10 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
         return DtypeChoice("float32", "bf16 not measured (the time budget ran out)")
     (fp32, fp32_how), (bf16, bf16_how) = timed["float32"], timed["bfloat16"]
     rows = "/".join(str(BUCKETS[b]) for b in DECODE)
-    why = (f"{layer} [{out}x{inp}] at {rows} rows, best of {kernel_choice.REPEATS} runs after a "
-           f"warm-up: bf16 {bf16 * 1e3:.2f} ms ({bf16_how}), fp32 {fp32 * 1e3:.2f} ms "
+    width = kernel_choice.timed_width(out, inp)
+    trimmed = f" (its first {width} rows)" if width < out else ""
+    why = (f"{layer} [{out}x{inp}]{trimmed} at {rows} rows, best of {kernel_choice.REPEATS} "
+           f"runs after a warm-up: bf16 {bf16 * 1e3:.2f} ms ({bf16_how}), fp32 {fp32 * 1e3:.2f} ms "
            f"({fp32_how}) in all")
     if _implausible(timed):
         why += f"; still over {MAX_RATIO:.0f}x apart when timed again: the host was busy"
