@@ -267,13 +267,22 @@ at::Tensor dequantized(const Entry &e, int64_t a, int64_t b, at::ScalarType dtyp
     return full.flatten(1).narrow(1, 0, e.in_features);
 }
 
-at::Tensor dequant_mm(const Entry &e, const at::Tensor &x,
-                      const std::optional<at::Tensor> &residual) {
-    int64_t out = e.out_features, step = std::max<int64_t>(1, kTileElems / x.size(1));
+// x @ W.t() with W [out, in] built step output rows at a time by tile(a, b) (rows [a, b) of the
+// weight, dequantized), as weight_only.py's tiled_matmul; then the bias and residual
+template <class Tile>
+at::Tensor tiled_mm(const Entry &e, const at::Tensor &x, int64_t step, Tile tile,
+                    const std::optional<at::Tensor> &residual) {
+    int64_t out = e.out_features;
     std::vector<at::Tensor> parts;
     for (int64_t a = 0; a < out; a += step)
-        parts.push_back(at::mm(x, dequantized(e, a, std::min(out, a + step), x.scalar_type()).t()));
+        parts.push_back(at::mm(x, tile(a, std::min(out, a + step)).t()));
     return add_into(parts.size() == 1 ? parts[0] : at::cat(parts, 1), e.bias, residual);
+}
+
+at::Tensor dequant_mm(const Entry &e, const at::Tensor &x,
+                      const std::optional<at::Tensor> &residual) {
+    auto tile = [&](int64_t a, int64_t b) { return dequantized(e, a, b, x.scalar_type()); };
+    return tiled_mm(e, x, std::max<int64_t>(1, kTileElems / x.size(1)), tile, residual);
 }
 
 // bf16 rows against int4 panels dequantized into bf16 a tile of whole panels at a time, then
@@ -282,21 +291,19 @@ at::Tensor dequant_mm(const Entry &e, const at::Tensor &x,
 at::Tensor panels_dequant_mm(const Entry &e, const at::Tensor &x,
                              const std::optional<at::Tensor> &residual) {
     TORCH_CHECK(x.scalar_type() == at::kBFloat16, "minisgl: int4-panels-dequant takes bf16 rows");
-    int64_t out = e.out_features, in = e.in_features;
-    int64_t step = std::max<int64_t>(1, kTileElems / in / 16) * 16;
-    std::vector<at::Tensor> parts;
-    for (int64_t a = 0; a < out; a += step) {
-        int64_t b = std::min(out, a + step);
-        at::Tensor tile = at::empty({b - a, in}, x.options());
+    int64_t in = e.in_features;
+    auto tile = [&](int64_t a, int64_t b) {
+        at::Tensor w = at::empty({b - a, in}, x.options());
         int done = wo_int4_panels_dequant_bf16(
             e.weight[0].data_ptr<uint8_t>(),
             reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
             reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), in, a, b,
-            reinterpret_cast<uint16_t *>(tile.data_ptr()), at::get_num_threads());
+            reinterpret_cast<uint16_t *>(w.data_ptr()), at::get_num_threads());
         TORCH_CHECK(done == 0, "minisgl: int4-panels-dequant needs AVX512-BF16");
-        parts.push_back(at::mm(x, tile.t()));
-    }
-    return add_into(parts.size() == 1 ? parts[0] : at::cat(parts, 1), e.bias, residual);
+        return w;
+    };
+    // whole 16-output panels a tile
+    return tiled_mm(e, x, std::max<int64_t>(1, kTileElems / in / 16) * 16, tile, residual);
 }
 
 at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &residual,

@@ -270,6 +270,14 @@ class WeightOnlyAmx(WeightOnlyKernel):
         return amx_run(packed, x, bias, residual)
 
 
+def tiled_matmul(x: torch.Tensor, out: int, step: int,
+                 tile: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """``x @ W.t()`` with ``W`` [out, in] built ``step`` output rows at a time by ``tile(a, b)``
+    (rows [a, b) of the weight, dequantized), so a whole dequantized weight never exists."""
+    parts = [x @ tile(a, min(out, a + step)).t() for a in range(0, out, step)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+
 class WeightOnlyDequant(WeightOnlyKernel):
     """Dequantize ``TILE_ELEMS`` weights at a time into the input's dtype, then torch's GEMM:
     any device and dtype, and no second copy of the weight."""
@@ -287,7 +295,6 @@ class WeightOnlyDequant(WeightOnlyKernel):
         if deq is dequantize_int4 and x.dtype == torch.bfloat16 and x.device.type == "cpu":
             deq = _int4_tile_bf16  # one native pass a tile where the CPU has AVX512-BF16
         out, inp = packed.q.shape[0], x.shape[1]
-        step = max(1, TILE_ELEMS // inp)
-        parts = [x @ deq(packed, slice(a, a + step), x.dtype).t() for a in range(0, out, step)]
-        y = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+        y = tiled_matmul(x, out, max(1, TILE_ELEMS // inp),
+                         lambda a, b: deq(packed, slice(a, b), x.dtype))
         return add_bias_residual(y, bias, residual)

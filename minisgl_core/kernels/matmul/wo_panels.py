@@ -33,6 +33,7 @@ from minisgl_core.kernels.matmul.weight_only import (
     dequantize_int8,
     fused_run,
     quantize_int4,
+    tiled_matmul,
 )
 from minisgl_core.kernels.native import library as native
 
@@ -244,12 +245,10 @@ class WeightOnlyPanelsDequant(WeightOnlyPanels):
 
     def run(self, packed: Int4Panels, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
-        out = packed.out_features
-        step = max(1, TILE_ELEMS // packed.in_features // PANEL) * PANEL
-        parts = []
-        for a in range(0, out, step):
-            tile = panels_tile_bf16(packed, a, min(out, a + step))
-            assert tile is not None, "int4-panels-dequant ran where available() said it could not"
-            parts.append(x @ tile.t())
-        y = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
-        return add_bias_residual(y, bias, residual)
+        def tile(a: int, b: int) -> torch.Tensor:
+            w = panels_tile_bf16(packed, a, b)
+            assert w is not None, "int4-panels-dequant ran where available() said it could not"
+            return w
+
+        step = max(1, TILE_ELEMS // packed.in_features // PANEL) * PANEL  # whole panels
+        return add_bias_residual(tiled_matmul(x, packed.out_features, step, tile), bias, residual)
