@@ -5,7 +5,6 @@ done)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import subprocess
@@ -14,14 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from minisgl_core.import_path import load_target
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: Linux kills it when the process that started it dies."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+from minisgl_core.parent_death import child_env
 
 
 def class_name(cls: Any) -> str | None:
@@ -44,9 +36,8 @@ def spawn(config: Any, model_class: Any, marker: Path,
         return None
     payload = json.dumps({"config": dataclasses.asdict(config), "model_class": name,
                           "marker": str(marker), "threads": threads}).encode()
-    linux = sys.platform.startswith("linux")
     proc = subprocess.Popen([sys.executable, "-m", "minisgl_core.engine.compile_worker"],
-                            stdin=subprocess.PIPE, preexec_fn=_die_with_parent if linux else None)
+                            stdin=subprocess.PIPE, env=child_env())
     assert proc.stdin is not None
     proc.stdin.write(payload)
     proc.stdin.close()

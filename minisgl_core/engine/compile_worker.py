@@ -10,9 +10,12 @@ import os
 import sys
 from pathlib import Path
 
+from minisgl_core.parent_death import follow_starter
+
 
 def main() -> int:
     """Read the job (JSON on stdin), compile at nice 19; 0 once the marker is written."""
+    follow_starter()
     os.nice(19)
     job = json.loads(sys.stdin.buffer.read())
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

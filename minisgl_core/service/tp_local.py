@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ from typing import Any
 
 from minisgl_core.engine.config import EngineConfig, threads_per_rank
 from minisgl_core.engine.engine import Engine
+from minisgl_core.parent_death import child_env
 from minisgl_core.service.ports import free_port
 
 log = logging.getLogger(__name__)
@@ -82,17 +82,16 @@ class LocalGroup:
 def _start_follower(config: EngineConfig, rank: int, size: int, port: int, threads: int,
                     timeout_s: float, plugin_modules: tuple[str, ...]) -> subprocess.Popen[bytes]:
     from minisgl_core.engine.tp_rank import local_device
-    from minisgl_core.service.worker import die_with_parent
 
     cmd = [sys.executable, "-m", "minisgl_core", "tp-worker", "--rank", str(rank),
            "--tp", str(size), "--dist-addr", ADDR, "--dist-port", str(port),
            "--model", config.model, "--device", local_device(config.device, rank),
            "--timeout", str(timeout_s), "--num-threads", str(threads)]
 
-    env = dict(os.environ)
+    env = child_env()
     extra = [m for m in env.get("MINISGL_PLUGINS", "").split(",") if m.strip()]
     env["MINISGL_PLUGINS"] = ",".join(dict.fromkeys([*extra, *plugin_modules]))
-    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, env=env)
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
 
 
 def _stop(engine: Engine | None, followers: list[subprocess.Popen[bytes]]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from minisgl_core.engine.config import EngineConfig
 from minisgl_core.engine.tp_rank import local_device, start_rank
+from minisgl_core.parent_death import follow_starter
 from minisgl_core.service.worker import run_command
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ def run_worker(model_dir: str, model_class: Any, rank: int, size: int, addr: str
 def worker_command(model_dir: str, model_class: Any, rank: int, size: int, addr: str,
                    port: int, **options: Any) -> None:
     """``minisgl tp-worker``'s body: log to stderr, run the rank, exit with its code."""
+    follow_starter()  # a follower that tp_local.py started dies with its rank 0
     logging.basicConfig(level="INFO", format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
     run_command(lambda: run_worker(model_dir, model_class, rank, size, addr, port, **options),
                 (ValueError, RuntimeError))

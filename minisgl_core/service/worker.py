@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -11,6 +10,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from minisgl_core.parent_death import die_with_parent
 from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Message, Ready, Stats
@@ -156,15 +156,6 @@ def _also_to(tokenizer: Sender, report: Callable[[Message], None]
             tokenizer.send(codec.encode(msg))
 
     return both
-
-
-def die_with_parent() -> None:
-    """No orphans: if the parent is killed outright, the kernel kills this process too (Linux)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
 
 
 def set_title(title: str) -> None:
