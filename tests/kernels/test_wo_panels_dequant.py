@@ -79,7 +79,7 @@ def test_the_choice_gives_it_only_steps_of_many_rows(tmp_path) -> None:
     choice = choose({"gate_up": (96, 64)}, CPU, torch.bfloat16, "int4", cache=tmp_path,
                     budget_s=30.0, timer=it_is_fastest)
     names = [k.name for k in choice.kernels["gate_up"]]
-    # buckets 1 and 8 keep the panels' own kernel (same layout); 32 and 128 take this one
-    assert names[2:] == [KERNEL.name, KERNEL.name]
+    # buckets 1 and 8 keep the panels' own kernel (same layout); 32, 128 and 512 take this one
+    assert names[2:] == [KERNEL.name] * 3
     assert KERNEL.name not in names[:2] and {k.layout for k in choice.kernels["gate_up"]} == {
         "int4-panels"}

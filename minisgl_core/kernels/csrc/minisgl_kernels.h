@@ -11,10 +11,10 @@
 
 #include <stdint.h>
 
-/* Row buckets: rows <= 2 run bucket 0, <= 16 bucket 1, <= 64 bucket 2, else bucket 3
- * (kernels/matmul/base.py's BUCKETS and _BUCKET_TOP; a test checks they agree) */
-#define MINISGL_BUCKETS 4
-#define MINISGL_BUCKET_TOP {2, 16, 64}
+/* Row buckets: rows <= 2 run bucket 0, <= 16 bucket 1, <= 64 bucket 2, <= 256 bucket 3, else
+ * bucket 4 (kernels/matmul/base.py's BUCKETS and _BUCKET_TOP; a test checks they agree) */
+#define MINISGL_BUCKETS 5
+#define MINISGL_BUCKET_TOP {2, 16, 64, 256}
 /* weights dequantized at a time by the *-dequant kernels (matmul/weight_only.py's TILE_ELEMS) */
 #define MINISGL_TILE_ELEMS (1 << 20)
 

@@ -11,9 +11,12 @@ from typing import Any
 
 import torch
 
-# Row counts measured at load, one per bucket: decode batches (1, 8, 32) and prefill chunks (128+)
-BUCKETS = (1, 8, 32, 128)
-_BUCKET_TOP = (2, 16, 64)  # rows <= 2 use bucket 0, <= 16 bucket 1, <= 64 bucket 2, else 3
+# Row counts measured at load, one per bucket: decode batches (1, 8, 32), short prefill chunks
+# (128) and whole ones (512, the default max_prefill_tokens: a long prompt's steps, where a kernel
+# 1.28x faster than another at 128 rows was 1.9x at 512)
+BUCKETS = (1, 8, 32, 128, 512)
+_BUCKET_TOP = (2, 16, 64, 256)  # rows <= 2 use bucket 0, <= 16 bucket 1, <= 64 bucket 2,
+# <= 256 bucket 3, else 4
 _MIN_ROWS = 4  # oneDNN's kernels for 1-3 rows were slower than for 4 on the first host measured
 
 
