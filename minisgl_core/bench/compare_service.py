@@ -27,6 +27,7 @@ MODES = {"default": (),  # `minisgl launch` with no flags: what users get
          "fp32": ("dtype=float32", NONE), "bf16": ("dtype=bfloat16", NONE),
          "int8": ("quantization=int8",), "int8-wo": ("quantization=int8-wo",),
          "int4": ("quantization=int4",), "bf16-int4": ("dtype=bfloat16", "quantization=int4"),
+         "fp32-int4": ("dtype=float32", "quantization=int4"),
          # the same weights with int8 KV pages (--kv-cache-dtype int8)
          "fp32-kv-int8": ("dtype=float32", NONE, "kv_cache_dtype=int8"),
          "bf16-kv-int8": ("dtype=bfloat16", NONE, "kv_cache_dtype=int8"),

@@ -1,17 +1,23 @@
-"""``--dtype auto``: bf16 where this host's best bf16 matmul measures faster than its best fp32 one.
+"""``--dtype auto``: bf16 where this host's bf16 matmuls measure faster than its fp32 ones.
 
 On a host with AVX512-BF16/AMX oneDNN's packed bf16 kernel was 1.8-3x faster than fp32's best
 on the default model's gate|up layer [3072, 576] at 1-32 rows; on an AVX2-only host bf16 is
 emulated, hundreds of times slower, and never chosen (it is not even timed). The choice is the
-kernel choice (kernels/matmul/choice.py) run for both dtypes on the model's widest layer, so it
-is cached with it: the same for a given cache, measured again only where that is. Weight-only
-engines (int8-wo, int4) are timed the same way on their own kernels: int4 against bf16
-activations has kernels of its own (AVX512-BF16's dot product, AMX on dequantized tiles from 32
-rows) and won 1.1-1.8x at 8 and 32 rows on the AMX host, while int8-wo converts bf16 inputs to
-fp32 and so loses a little. An int8 (W8A8) engine runs in fp32: its kernels take fp32
-activations. A layer too small to time (MIN_WEIGHTS) keeps fp32 on every host; timings too far
-apart to be true (MAX_RATIO) are taken once more, and the log line names the layer, the kernels
-and whether they were cached.
+kernel choice (kernels/matmul/choice.py) run for both dtypes on every matmul shape of the model,
+so it is cached with it (the engine's own choice then reads the same file): the same for a given
+cache, measured again only where that is. Weight-only engines (int8-wo, int4) are timed the same
+way on their own kernels. An int8 (W8A8) engine runs in fp32: its kernels take fp32 activations.
+
+A step's matmul time per row bucket is its layers' chosen kernels' times, each layer counted as
+often as the model has it, plus the LM head; every bucket then counts alike, by its slowdown
+against the faster dtype there (as the kernel choice weighs layouts). The whole model matters:
+with the default model's int4 panels the gate|up layer alone times within a few percent in either
+dtype at 1-32 rows (both round their inputs to int8), so a noisy host picked either, while the
+LM head (int8-wo on AMX's tile multiply: bf16 only) and prefill's 128 and 512 rows (a GEMM on
+dequantized tiles: bf16 only) are 1.3-5x faster in bf16; with fp32 the engine's step at 32 rows
+took 1.6x and long prompts 1.8x as long. A model too small to time (MIN_WEIGHTS in its gate|up
+layer) keeps fp32 on every host; decode timings too far apart to be true (MAX_RATIO) are taken
+once more, and the log line says what was timed and whether it was cached.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from minisgl_core.kernels import BUCKETS, bf16_fast
 from minisgl_core.kernels import choice as kernel_choice
 
 log = logging.getLogger(__name__)
-DECODE = (0, 1, 2)  # the buckets (1, 8, 32 rows) compared: decode steps, where the time goes
+DECODE = (0, 1, 2)  # the buckets of decode steps (1, 8, 32 rows), checked for plausibility
 # A gate|up layer of fewer weights (the default model's has 1.8M, test models thousands) is timed
 # in microseconds of dispatch and thread wake-up, not in arithmetic: either dtype may "win" by
 # noise, so it keeps fp32, the same on every host.
@@ -49,7 +55,7 @@ class DtypeChoice:
 
 def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | None = None,
                  cache: Path | None = None, budget_s: float | None = None) -> DtypeChoice:
-    """fp32 or bf16 for this model here, by timing the model's gate|up layer in both."""
+    """fp32 or bf16 for this model here, by timing the model's matmuls in both."""
     if quantization == "int8":  # its kernels take fp32 activations
         return DtypeChoice("float32", f"--quantization {quantization} runs in fp32")
     if device.type == "cuda":
@@ -61,51 +67,78 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
     if not bf16_fast():
         return DtypeChoice("float32", "no AVX512-BF16/AMX on this CPU: bf16 would be emulated")
     out, inp = 2 * cfg.intermediate_size, cfg.hidden_size
-    layer = "gate|up layer" if quantization is None else f"{quantization} gate|up layer"
+    what = "matmuls" if quantization is None else f"{quantization} matmuls"
     if out * inp < MIN_WEIGHTS:
-        return DtypeChoice("float32", f"{layer} [{out}x{inp}] too small to time (microseconds "
-                           "of dispatch either way): fp32, which rounds least")
-    timed = _time_both({"gate_up": (out, inp)}, device, quantization, cache,
-                       budget_s or kernel_choice.BUDGET_S, remeasure=False)
+        return DtypeChoice("float32", f"gate|up layer [{out}x{inp}] too small to time "
+                           "(microseconds of dispatch either way): fp32, which rounds least")
+    shapes, shared = model_shapes(cfg), {"lm_head"} if cfg.tie_word_embeddings else set()
+    budget = budget_s or kernel_choice.BUDGET_S
+    timed = _time_both(cfg, shapes, shared, device, quantization, cache, budget, remeasure=False)
     if timed is not None and _implausible(timed):  # timed beside a burst of other work
-        timed = _time_both({"gate_up": (out, inp)}, device, quantization, cache,
-                           budget_s or kernel_choice.BUDGET_S, remeasure=True)
+        timed = _time_both(cfg, shapes, shared, device, quantization, cache, budget,
+                           remeasure=True)
     if timed is None:
         return DtypeChoice("float32", "bf16 not measured (the time budget ran out)")
     (fp32, fp32_how), (bf16, bf16_how) = timed["float32"], timed["bfloat16"]
-    rows = "/".join(str(BUCKETS[b]) for b in DECODE)
-    width = kernel_choice.timed_width(out, inp)
-    trimmed = f" (its first {width} rows)" if width < out else ""
-    why = (f"{layer} [{out}x{inp}]{trimmed} at {rows} rows, best of {kernel_choice.REPEATS} "
-           f"runs after a warm-up: bf16 {bf16 * 1e3:.2f} ms ({bf16_how}), fp32 {fp32 * 1e3:.2f} ms "
-           f"({fp32_how}) in all")
+    fastest = [min(a, b) for a, b in zip(fp32, bf16, strict=True)]
+    slowdown = {name: sum(t / f for t, f in zip(ts, fastest, strict=True)) / len(ts)
+                for name, ts in (("float32", fp32), ("bfloat16", bf16))}
+    trimmed = any(kernel_choice.timed_width(o, i) < o for o, i in shapes.values())
+    decode = "/".join(str(BUCKETS[b]) for b in DECODE)
+    why = (f"the model's {what} ({cfg.num_layers} layers and the LM head"
+           f"{', the widest on their first rows' if trimmed else ''}) at "
+           f"{'/'.join(map(str, BUCKETS))} rows, best of {kernel_choice.REPEATS} runs after a "
+           f"warm-up, on average against the faster dtype: bf16 {slowdown['bfloat16']:.2f}x "
+           f"({bf16_how}), fp32 {slowdown['float32']:.2f}x ({fp32_how}); a step's matmuls at "
+           f"{decode} rows: bf16 {_decode_ms(bf16)} ms, fp32 {_decode_ms(fp32)} ms")
     if _implausible(timed):
         why += f"; still over {MAX_RATIO:.0f}x apart when timed again: the host was busy"
-    return DtypeChoice("bfloat16" if bf16 < fp32 else "float32", why)
+    return DtypeChoice("bfloat16" if slowdown["bfloat16"] < slowdown["float32"] else "float32",
+                       why)
 
 
-def _time_both(shapes: dict[str, tuple[int, int]], device: torch.device,
-               quantization: str | None, cache: Path | None, budget_s: float,
-               remeasure: bool) -> dict[str, tuple[float, str]] | None:
-    """dtype -> (seconds over the decode buckets, the kernels that ran them); None where the
-    budget ran out. Each dtype gets the same budget and its own warm-up (kernel_choice)."""
-    out: dict[str, tuple[float, str]] = {}
+def model_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
+    """``(out, in)`` of the model's matmul weights by role, unsharded: the decoder's
+    ``linear_shapes`` without tensor parallelism, so the engine's choice reads this one's cache."""
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    return {"qkv": (q + 2 * kv, cfg.hidden_size), "o": (cfg.hidden_size, q),
+            "gate_up": (2 * cfg.intermediate_size, cfg.hidden_size),
+            "down": (cfg.hidden_size, cfg.intermediate_size),
+            "lm_head": (cfg.vocab_size, cfg.hidden_size)}
+
+
+def _time_both(cfg: ModelConfig, shapes: dict[str, tuple[int, int]], shared: set[str],
+               device: torch.device, quantization: str | None, cache: Path | None,
+               budget_s: float, remeasure: bool,
+               ) -> dict[str, tuple[tuple[float, ...], str]] | None:
+    """dtype -> (a step's matmul seconds per bucket, measured or cached); None where the budget
+    ran out. Each dtype gets the same budget and its own warm-up (kernel_choice)."""
+    out: dict[str, tuple[tuple[float, ...], str]] = {}
     for dtype in (torch.float32, torch.bfloat16):  # the weight-only kernels timed as they run
-        choice = kernel_choice.choose(shapes, device, dtype, quantization, cache=cache,
-                                      budget_s=budget_s, remeasure=remeasure)
+        choice = kernel_choice.choose(shapes, device, dtype, quantization, shared=shared,
+                                      cache=cache, budget_s=budget_s, remeasure=remeasure)
         seconds = kernel_choice.seconds_of(choice)
         if seconds is None:
             return None
-        kernels = "/".join(dict.fromkeys(k.name for k in choice.kernels["gate_up"][:3]))
+        per_step = tuple(sum(ts[b] * (1 if role == "lm_head" else cfg.num_layers)
+                             for role, ts in seconds.items()) for b in range(len(BUCKETS)))
         how = "cached" if choice.source.startswith("cached") else "measured"
-        out[str(dtype).removeprefix("torch.")] = (
-            sum(seconds["gate_up"][b] for b in DECODE), f"{kernels}, {how}")
+        out[str(dtype).removeprefix("torch.")] = (per_step, how)
     return out
 
 
-def _implausible(timed: dict[str, tuple[float, str]]) -> bool:
-    """Whether the two dtypes are further apart than any kernel pair measured so far allows."""
-    a, b = timed["float32"][0], timed["bfloat16"][0]
+def _decode_s(seconds: tuple[float, ...]) -> float:
+    return sum(seconds[b] for b in DECODE)
+
+
+def _decode_ms(seconds: tuple[float, ...]) -> str:
+    return "/".join(f"{seconds[b] * 1e3:.1f}" for b in DECODE)
+
+
+def _implausible(timed: dict[str, tuple[tuple[float, ...], str]]) -> bool:
+    """Whether the two dtypes' decode times are further apart than any kernel pair measured so
+    far allows."""
+    a, b = _decode_s(timed["float32"][0]), _decode_s(timed["bfloat16"][0])
     return max(a, b) > MAX_RATIO * min(a, b)
 
 

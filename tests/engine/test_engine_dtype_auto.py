@@ -69,11 +69,13 @@ def test_cached_timings_too_far_apart_are_taken_again(tiny_models: dict[str, Pat
     for path in tmp_path.glob("linear-*.json"):
         body = json.loads(path.read_text())
         if body["key"]["dtype"] == "torch.float32":
-            slow = {k: [t * 1000 for t in ts] for k, ts in body["seconds"]["gate_up"].items()}
-            path.write_text(json.dumps({**body, "seconds": {"gate_up": slow}}))
+            inflated = {role: {k: [t * 1000 for t in ts] for k, ts in by_kernel.items()}
+                        for role, by_kernel in body["seconds"].items()}
+            slow = inflated["gate_up"]
+            path.write_text(json.dumps({**body, "seconds": inflated}))
     assert slow is not None
     again = choose_dtype(cfg, CPU, cache=tmp_path, budget_s=120.0)
-    assert "cached" not in again.reason, again.reason  # both timed anew, not read back
+    assert "measured" in again.reason and "cached" not in again.reason, again.reason  # anew
     bodies = [json.loads(p.read_text()) for p in tmp_path.glob("linear-*.json")]
     fp32_times = [b["seconds"]["gate_up"] for b in bodies if b["key"]["dtype"] == "torch.float32"]
     assert fp32_times and fp32_times[0] != slow  # the inflated file was replaced
@@ -93,7 +95,8 @@ def test_weight_only_auto_times_its_own_kernels(tiny_models: dict[str, Path], tm
     cfg = model_sized(ModelConfig.from_dir(tiny_models["llama"]))
     choice = choose_dtype(cfg, CPU, quantization, cache=tmp_path, budget_s=60.0)
     assert choice.dtype in ("float32", "bfloat16")
-    assert choice.reason.startswith(f"{quantization} gate|up layer [3072x576] at 1/8/32 rows")
+    assert choice.reason.startswith(f"the model's {quantization} matmuls (2 layers and the LM "
+                                    "head) at 1/8/32/128/512 rows")
     timed = [json.loads(p.read_text()) for p in tmp_path.glob("linear-*.json")]
     assert sorted(t["key"]["dtype"] for t in timed) == ["torch.bfloat16", "torch.float32"]
     kernels = all_kernels()
@@ -116,3 +119,24 @@ def test_auto_is_a_launch_dtype(name: str) -> None:
     from minisgl_core.config.launch import DTYPES
 
     assert name in DTYPES
+
+
+@pytest.mark.parametrize(("fp32", "bf16", "want"), [
+    # decode a hair faster in fp32, prefill twice as fast in bf16 (the int4 panels on AMX)
+    ((1.0, 1.0, 1.0, 4.0, 16.0), (1.05, 1.05, 1.05, 2.0, 8.0), "bfloat16"),
+    # bf16 twice as slow at every decode bucket, a little faster at prefill
+    ((1.0, 1.0, 1.0, 4.0, 16.0), (2.0, 2.0, 2.0, 3.6, 14.4), "float32"),
+])
+def test_every_bucket_counts_by_its_slowdown(tiny_models: dict[str, Path], monkeypatch,
+                                             fp32: tuple[float, ...], bf16: tuple[float, ...],
+                                             want: str) -> None:
+    monkeypatch.setattr(dtype_choice, "bf16_fast", lambda: True)
+    timed = {"float32": (tuple(t * 1e-3 for t in fp32), "k, measured"),
+             "bfloat16": (tuple(t * 1e-3 for t in bf16), "k, measured")}
+    monkeypatch.setattr(dtype_choice, "_time_both", lambda *args, **kwargs: timed)
+    cfg = model_sized(ModelConfig.from_dir(tiny_models["llama"]))
+    choice = choose_dtype(cfg, CPU, "int4")
+    assert choice.dtype == want
+    decode = (f"bf16 {'/'.join(f'{t:.1f}' for t in bf16[:3])} ms, "
+              f"fp32 {'/'.join(f'{t:.1f}' for t in fp32[:3])} ms")
+    assert choice.reason.endswith(decode), choice.reason
