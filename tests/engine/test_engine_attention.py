@@ -1,4 +1,5 @@
-"""Paged attention (decode gather + padded prefill with cached prefixes) vs a float64 reference."""
+"""Paged attention (decode gather + prefill in groups, padded, with cached prefixes; sliding
+windows) vs a float64 reference."""
 
 from __future__ import annotations
 
@@ -7,20 +8,25 @@ import random
 import pytest
 import torch
 
-from minisgl_core.engine.attention import Workspace, build_metadata, paged_attention
+from minisgl_core.engine import attention
+from minisgl_core.engine.attention import Workspace, build_metadata, paged_attention, windowed
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
 
 HQ, HKV, D, P = 6, 2, 16, 4
 
 
-def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
-    """q [n, Hq, D] at positions start.., k/v [start + n, Hkv, D] -> [n, Hq * D] in float64."""
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int,
+               window: int | None = None) -> torch.Tensor:
+    """q [n, Hq, D] at positions start.., k/v [start + n, Hkv, D] -> [n, Hq * D] in float64
+    (each query seeing only the last ``window`` keys up to its own, when given)."""
     q, k, v = q.double(), k.double(), v.double()
     k = k.repeat_interleave(HQ // HKV, dim=1)
     v = v.repeat_interleave(HQ // HKV, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q, k) / D ** 0.5
     qpos = torch.arange(q.shape[0]).unsqueeze(1) + start
-    scores = scores.masked_fill(torch.arange(k.shape[0]).unsqueeze(0) > qpos, float("-inf"))
+    keys = torch.arange(k.shape[0]).unsqueeze(0)
+    hidden = (keys > qpos) | (keys <= qpos - window if window else False)
+    scores = scores.masked_fill(hidden, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(q.shape[0], HQ * D)
 
 
@@ -31,8 +37,14 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) ->
     {"decode": [], "prefill": [(8, 5)]},            # a chunk on top of a cached prefix
     {"decode": [], "prefill": [(0, 6), (11, 3), (4, 9)]},  # padded prefill batch
     {"decode": [5, 17], "prefill": [(0, 7), (20, 4)]},     # mixed step
+    # with SOLO_ROWS 6 below: alone (fresh, then on a prefix), short ones batched between them
+    {"decode": [3], "prefill": [(0, 9), (5, 2), (0, 3), (12, 6), (2, 1), (0, 7)]},
 ])
-def test_paged_attention_matches_float64_reference(case: dict[str, list]) -> None:
+@pytest.mark.parametrize("solo_rows", [attention.SOLO_ROWS, 6])
+@pytest.mark.parametrize("window", [None, 5])
+def test_paged_attention_matches_float64_reference(case: dict[str, list], solo_rows: int,
+                                                   window: int | None, monkeypatch) -> None:
+    monkeypatch.setattr(attention, "SOLO_ROWS", solo_rows)
     g = torch.Generator().manual_seed(0)
     rng = random.Random(0)
     kv = KVPool(1, 64, P, HKV, D, torch.float32, "cpu")
@@ -59,9 +71,14 @@ def test_paged_attention_matches_float64_reference(case: dict[str, list]) -> Non
     k_new = torch.cat([k[s:] for k, (s, _) in zip(ks, seqs, strict=True)])
     v_new = torch.cat([v[s:] for v, (s, _) in zip(vs, seqs, strict=True)])
     kv.store(0, meta.out_slots, k_new, v_new)
+    if window is not None:
+        meta = windowed(meta, window)
+    if len(case["prefill"]) == 6:  # 9 | 2 3 | 6 | 1 | 7 under SOLO_ROWS 6, else one group
+        assert meta.prefill is not None and len(meta.prefill) == (5 if solo_rows == 6 else 1)
     out = paged_attention(q, k_new, v_new, kv.k_layers[0], kv.v_layers[0], meta,
                           Workspace(HKV, D, torch.float32, "cpu"))
-    want = torch.cat([_reference(qs[i], ks[i], vs[i], seqs[i][0]) for i in range(len(seqs))])
+    want = torch.cat([_reference(qs[i], ks[i], vs[i], seqs[i][0], window)
+                      for i in range(len(seqs))])
     assert out.shape == want.shape
     torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=1e-5)
 
