@@ -1,0 +1,79 @@
+"""Prefill attention per layer: a chunk's requests in groups (engine/attention.py, a request of
+SOLO_ROWS new tokens or more in an SDPA call of its own) against all of them in one padded call,
+side by side in one run, for the default model's heads (9 query, 3 KV, 64 wide).
+
+A chunk is written ``start+new,start+new,...``: ``512+431,0+81`` is the last 431 tokens of a
+943-token prompt (512 of it cached) with the first 81 of the next one.
+
+    python benchmarks/prefill_attention.py [--threads 2] [--dtype bfloat16]
+                                           [--chunk 512+431,0+81 ...] [--heads 9,3,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from minisgl_core.engine import attention
+from minisgl_core.engine.attention import Workspace, build_metadata, paged_attention
+
+PAGE = 16
+CHUNKS = ("0+512", "512+431,0+81", "512+350,0+162", "0+40,0+35,0+52,0+30", "300+64,0+448")
+
+
+def _ms(run: Callable[[], object], n: int) -> float:
+    best = float("inf")
+    for _ in range(n):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
+    parser.add_argument("--chunk", nargs="+", default=list(CHUNKS))
+    parser.add_argument("--heads", default="9,3,64", help="query heads, KV heads, head width")
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    hq, hkv, d = (int(x) for x in args.heads.split(","))
+    dtype = getattr(torch, args.dtype)
+    gen = torch.Generator().manual_seed(0)
+    grouped = attention.SOLO_ROWS
+    print(f"{args.dtype}, heads {args.heads}, {args.threads} threads, best of {args.repeat}\n")
+    print("| chunk (start+new, ...) | grouped ms | one padded call ms |")
+    print("| --- | ---: | ---: |")
+    for chunk in args.chunk:
+        seqs = [tuple(int(x) for x in part.split("+")) for part in chunk.split(",")]
+        pages, first = [], 1  # page 0 is the scratch page padding points at
+        for start, new in seqs:
+            n = -(-(start + new) // PAGE)
+            pages.append(list(range(first, first + n)))
+            first += n
+        k_cache = torch.randn(first * PAGE, hkv, d, generator=gen).to(dtype)
+        v_cache = torch.randn(first * PAGE, hkv, d, generator=gen).to(dtype)
+        rows = sum(new for _, new in seqs)
+        q = torch.randn(rows, hq, d, generator=gen).to(dtype)
+        k = torch.randn(rows, hkv, d, generator=gen).to(dtype)
+        v = torch.randn(rows, hkv, d, generator=gen).to(dtype)
+        ws = Workspace(hkv, d, dtype, "cpu")
+        prefill = [(p, start, new) for p, (start, new) in zip(pages, seqs, strict=True)]
+        times = []
+        for solo in (grouped, 1 << 30):  # grouped, then all in one padded call
+            attention.SOLO_ROWS = solo
+            meta = build_metadata([], prefill, PAGE, "cpu")
+            times.append(_ms(partial(paged_attention, q, k, v, k_cache, v_cache, meta, ws),
+                             args.repeat))
+        attention.SOLO_ROWS = grouped
+        print(f"| {chunk} | {times[0]:.2f} | {times[1]:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
