@@ -9,7 +9,8 @@ cache, measured again only where that is. Weight-only engines (int8-wo, int4) ar
 way on their own kernels. An int8 (W8A8) engine runs in fp32: its kernels take fp32 activations.
 
 A step's matmul time per row bucket is its layers' chosen kernels' times, each layer counted as
-often as the model has it, plus the LM head; every bucket then counts alike, by its slowdown
+often as the model has it, plus the LM head (a layer timed on its first rows scaled to its
+width); every bucket then counts alike, by its slowdown
 against the faster dtype there (as the kernel choice weighs layouts). The whole model matters:
 with the default model's int4 panels the gate|up layer alone times within a few percent in either
 dtype at 1-32 rows (both round their inputs to int8), so a noisy host picked either, while the
@@ -120,8 +121,13 @@ def _time_both(cfg: ModelConfig, shapes: dict[str, tuple[int, int]], shared: set
         seconds = kernel_choice.seconds_of(choice)
         if seconds is None:
             return None
-        per_step = tuple(sum(ts[b] * (1 if role == "lm_head" else cfg.num_layers)
-                             for role, ts in seconds.items()) for b in range(len(BUCKETS)))
+        # a layer timed on its first rows (kernel_choice.timed_width) takes its whole width's
+        # share: the time grows linearly with the width there
+        weight = {role: (1 if role == "lm_head" else cfg.num_layers)
+                  * out / kernel_choice.timed_width(out, inp)
+                  for role, (out, inp) in shapes.items()}
+        per_step = tuple(sum(ts[b] * weight[role] for role, ts in seconds.items())
+                         for b in range(len(BUCKETS)))
         how = "cached" if choice.source.startswith("cached") else "measured"
         out[str(dtype).removeprefix("torch.")] = (per_step, how)
     return out

@@ -140,3 +140,30 @@ def test_every_bucket_counts_by_its_slowdown(tiny_models: dict[str, Path], monke
     decode = (f"bf16 {'/'.join(f'{t:.1f}' for t in bf16[:3])} ms, "
               f"fp32 {'/'.join(f'{t:.1f}' for t in fp32[:3])} ms")
     assert choice.reason.endswith(decode), choice.reason
+
+
+def test_a_step_counts_each_layer_per_layer_and_a_trimmed_one_at_its_width(
+        tiny_models: dict[str, Path], monkeypatch) -> None:
+    from minisgl_core.kernels import BUCKETS
+    from minisgl_core.kernels import choice as kernel_choice
+
+    cfg = model_sized(ModelConfig.from_dir(tiny_models["llama"]))
+    shapes = dtype_choice.model_shapes(cfg)
+    assert shapes["gate_up"] == (3072, 576) and shapes["down"] == (576, 1536)
+    monkeypatch.setattr(kernel_choice, "MAX_WEIGHTS", 1536 * 576)  # gate|up: half its rows
+    widths = {role: kernel_choice.timed_width(*shape) for role, shape in shapes.items()}
+    assert widths["gate_up"] == 1536
+    assert all(widths[role] == shape[0] for role, shape in shapes.items() if role != "gate_up")
+
+    def measured(shapes_: dict, *args, **kwargs) -> kernel_choice.Choice:
+        ms = {role: (1e-3 if role == "lm_head" else 2e-3,) * len(BUCKETS) for role in shapes_}
+        return kernel_choice.Choice({}, "measured in 0.1 s", ms)
+
+    monkeypatch.setattr(kernel_choice, "choose", measured)
+    timed = dtype_choice._time_both(cfg, shapes, set(), CPU, "int4", None, 1.0, False)
+    assert timed is not None
+    # q/k/v, o and down once a layer, gate|up twice (timed on half its rows), the head once
+    step = (3 + 2) * cfg.num_layers * 2e-3 + 1e-3
+    for seconds, how in timed.values():
+        assert how == "measured"
+        assert seconds == pytest.approx((step,) * len(BUCKETS))
