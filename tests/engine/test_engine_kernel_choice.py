@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,28 @@ def test_a_kernel_is_neither_timed_nor_picked_below_the_rows_it_serves(
     choice = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=timer)
     assert ("onednn", BUCKETS[0]) not in timed and ("onednn", BUCKETS[1]) in timed
     assert choice.names()["qkv"] == ["onednn-rows"] + ["onednn"] * (len(BUCKETS) - 1)
+
+
+def test_a_kernel_far_behind_is_not_timed_at_the_prefill_buckets(tmp_path: Path,
+                                                                  pool_names) -> None:
+    slow, fast = "dense", "dense-hf"  # slow: 4x the others' time at every row count
+    if not {slow, fast} <= set(pool_names):
+        pytest.skip("no dense kernels here")
+    timed: list[tuple[str, int]] = []
+
+    def timer(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+        timed.append((kernel.name, x.shape[0]))
+        return x.shape[0] * (4e-3 if kernel.name == slow else 1e-3)
+
+    choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=timer)
+    first = kernel_choice.FIRST_PREFILL_BUCKET
+    for b, rows in enumerate(BUCKETS):
+        assert ((slow, rows) in timed) == (b < first), rows  # timed at decode's buckets only
+        assert (fast, rows) in timed
+    body = next(iter(tmp_path.glob("linear-*.json"))).read_text()
+    seconds = json.loads(body)["seconds"]["qkv"][slow]
+    # taken as growing with the rows from the last bucket it was timed at
+    assert seconds == pytest.approx([rows * 4e-3 for rows in BUCKETS])
 
 
 def test_the_default_models_layers_are_timed_whole_and_larger_ones_trimmed() -> None:

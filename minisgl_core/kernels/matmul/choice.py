@@ -45,9 +45,17 @@ MAX_WEIGHTS = 8192 * 576
 # COLD_BYTES of something else first (more than a server's L3).
 COLD_ROWS = 16
 BUSY_LOAD = 0.5  # load average per core above which timings are taken beside other work
-METHOD = 5  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
-# timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS) invalidates old choices
+METHOD = 6  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
+# timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS; 6: a kernel far behind not
+# timed at the prefill buckets) invalidates old choices
 COLD_BYTES = 64 << 20
+# From the prefill buckets (128 rows and more) on, a kernel more than SKIP_RATIO times the best
+# one's time at the bucket below is not timed: its time there is taken as growing with the rows
+# (what it was, times the rows' ratio). Such a kernel (the dot-product kernels, 5-10x the GEMMs at
+# 128 and 512 rows) only falls further behind with more rows, and at Qwen3-1.7B's shapes timing
+# it at 512 rows took about a second of the choice's budget.
+SKIP_RATIO = 3.0
+FIRST_PREFILL_BUCKET = 3
 
 Shapes = Mapping[str, tuple[int, int]]  # role -> (out, in)
 Timer = Callable[[Kernel, object, torch.Tensor], float]
@@ -233,6 +241,8 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
                 x = torch.randn(rows, inp, generator=torch.Generator().manual_seed(rows)).to(dtype)
                 # a kernel that does what an earlier one does at this row count is not timed
                 timed = [k for k in pool if k.same_as(rows) is None and k.serves(rows)]
+                if b >= FIRST_PREFILL_BUCKET:
+                    timed = _without_hopeless(timed, times[role], b)
                 for k in timed:  # warm-up: first calls build oneDNN primitives
                     k.run(packed[k.layout], x, None, None)
                 for _ in range(REPEATS if rows * out * inp <= BIG else 1):
@@ -248,6 +258,22 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
                 if time.perf_counter() > deadline:
                     return times, False
     return times, True
+
+
+def _without_hopeless(timed: list[Kernel], times: dict[str, list[float]],
+                      b: int) -> list[Kernel]:
+    """``timed`` less the kernels over SKIP_RATIO times the best at bucket ``b - 1``, whose time
+    at ``b`` is set to theirs at ``b - 1`` scaled by the rows."""
+    before = [times[k.name][b - 1] for k in timed if times[k.name][b - 1] != float("inf")]
+    if not before:
+        return timed
+    keep = []
+    for k in timed:
+        if times[k.name][b - 1] > SKIP_RATIO * min(before) and times[k.name][b - 1] != float("inf"):
+            times[k.name][b] = times[k.name][b - 1] * BUCKETS[b] / BUCKETS[b - 1]
+        else:
+            keep.append(k)
+    return keep
 
 
 def timed_width(out: int, inp: int) -> int:
