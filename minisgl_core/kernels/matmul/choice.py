@@ -264,13 +264,14 @@ def _without_hopeless(timed: list[Kernel], times: dict[str, list[float]],
                       b: int) -> list[Kernel]:
     """``timed`` less the kernels over SKIP_RATIO times the best at bucket ``b - 1``, whose time
     at ``b`` is set to theirs at ``b - 1`` scaled by the rows."""
-    before = [times[k.name][b - 1] for k in timed if times[k.name][b - 1] != float("inf")]
-    if not before:
-        return timed
+    inf = float("inf")
+    before = [times[k.name][b - 1] for k in timed if times[k.name][b - 1] != inf]
+    limit = SKIP_RATIO * min(before, default=inf)
     keep = []
     for k in timed:
-        if times[k.name][b - 1] > SKIP_RATIO * min(before) and times[k.name][b - 1] != float("inf"):
-            times[k.name][b] = times[k.name][b - 1] * BUCKETS[b] / BUCKETS[b - 1]
+        was = times[k.name][b - 1]
+        if limit < was < inf:
+            times[k.name][b] = was * BUCKETS[b] / BUCKETS[b - 1]
         else:
             keep.append(k)
     return keep
