@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -26,11 +25,17 @@ import torch
 
 from minisgl_core.kernels import cpu_features
 from minisgl_core.kernels.matmul.base import BUCKETS, Kernel
+from minisgl_core.kernels.matmul.choice_cache import (
+    BUSY_LOAD,
+    cache_root,
+    read_choice,
+    read_times,
+    write_choice,
+)
 from minisgl_core.kernels.matmul.invariant import deterministic_kernels
 from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels, weight_only_kernels
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
 
-log = logging.getLogger(__name__)
 BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
 REPEATS = 4  # timed runs per kernel and bucket, after one warm-up; the fastest counts
 BIG = 3e8  # multiply-adds (rows x out x in) above which one timed run is enough
@@ -44,7 +49,6 @@ MAX_WEIGHTS = 8192 * 576
 # previous run, a kernel that computes fast but streams slowly would win: so those runs read
 # COLD_BYTES of something else first (more than a server's L3).
 COLD_ROWS = 16
-BUSY_LOAD = 0.5  # load average per core above which timings are taken beside other work
 METHOD = 6  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
 # timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS; 6: a kernel far behind not
 # timed at the prefill buckets) invalidates old choices
@@ -146,17 +150,17 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
            "shapes": {r: list(s) for r, s in sorted(shapes.items())},
            "candidates": {r: [k.name for k in p] for r, p in sorted(pools.items())}}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = (cache if cache is not None else _cache_root()) / f"linear-{digest}.json"
+    path = (cache if cache is not None else cache_root()) / f"linear-{digest}.json"
     now = (load or machine_load)()
-    cached = None if remeasure else _read(path, pools, remeasure_if_busy=now <= BUSY_LOAD)
+    cached = None if remeasure else read_choice(path, pools, remeasure_if_busy=now <= BUSY_LOAD)
     if cached is not None:
-        return Choice(cached, f"cached in {path}", _chosen_seconds(cached, _read_times(path)))
+        return Choice(cached, f"cached in {path}", _chosen_seconds(cached, read_times(path)))
     start = time.perf_counter()
     times, complete = _measure(shapes, pools, start + budget_s, timer or _time, dtype)
     kernels = {role: _pick(pools[role], times[role]) for role in shapes}
     took = time.perf_counter() - start
     if complete:  # a partial measurement is used this once, never cached
-        _write(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times, now)
+        write_choice(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times, now)
     return Choice(kernels, f"measured in {took:.1f} s" + ("" if complete else
                                                             " (budget reached: partly)"),
                   _chosen_seconds(kernels, times) if complete else None)
@@ -177,19 +181,6 @@ def _chosen_seconds(kernels: Mapping[str, Sequence[Kernel]],
     except (KeyError, IndexError, TypeError, ValueError):
         return None
     return out if all(t != float("inf") for ts in out.values() for t in ts) else None
-
-
-def _read_times(path: Path) -> dict[str, dict[str, list[float]]] | None:
-    try:
-        return json.loads(path.read_text())["seconds"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _cache_root() -> Path:
-    from minisgl_core.store.paths import cache_dir
-
-    return cache_dir() / "kernels"
 
 
 def _forced(name: str, pools: dict[str, list[Kernel]], quantization: str | None) -> Choice:
@@ -310,31 +301,3 @@ def machine_load() -> float:
         return os.getloadavg()[0] / (os.cpu_count() or 1)
     except (OSError, AttributeError):
         return 0.0
-
-
-def _read(path: Path, pools: dict[str, list[Kernel]],
-          remeasure_if_busy: bool = False) -> dict[str, tuple[Kernel, ...]] | None:
-    try:
-        body = json.loads(path.read_text())
-        if remeasure_if_busy and float(body.get("load", 0.0)) > BUSY_LOAD:
-            return None  # measured beside other work: measure again now that it is quiet
-        names = body["choice"]
-        by_name = {r: {k.name: k for k in pool} for r, pool in pools.items()}
-        out = {r: tuple(by_name[r][n] for n in names[r]) for r in pools}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if any(len(ks) != len(BUCKETS) or len({k.layout for k in ks}) != 1 for ks in out.values()):
-        return None
-    return out
-
-
-def _write(path: Path, key: dict[str, object], choice: dict[str, list[str]],
-           times: dict[str, dict[str, list[float]]], load: float) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp-{os.getpid()}")
-        body = {"key": key, "choice": choice, "seconds": times, "load": round(load, 3)}
-        tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new
-    except OSError as exc:
-        log.warning("could not cache the kernel choice in %s: %s", path, exc)
