@@ -36,7 +36,10 @@ from minisgl_core.kernels.matmul.invariant import deterministic_kernels
 from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels, weight_only_kernels
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
 
-BUDGET_S = 2.5  # the whole measurement, packing included: start-up stays within 3 s of it
+# the whole measurement, packing included, at the first start (then cached): 2.5 s until the
+# fifth bucket, whose 512 rows took the default model's choice under an AVX2-only mask on the
+# Xeon from 1.2-1.6 s to 2.1-2.5 s, beside other work
+BUDGET_S = 4.0
 REPEATS = 4  # timed runs per kernel and bucket, after one warm-up; the fastest counts
 BIG = 3e8  # multiply-adds (rows x out x in) above which one timed run is enough
 # Larger layers are timed on their first output rows, up to MAX_WEIGHTS weights (the default
