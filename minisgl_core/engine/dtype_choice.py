@@ -117,7 +117,9 @@ def _time_both(cfg: ModelConfig, shapes: dict[str, tuple[int, int]], shared: set
     out: dict[str, tuple[tuple[float, ...], str]] = {}
     for dtype in (torch.float32, torch.bfloat16):  # the weight-only kernels timed as they run
         choice = kernel_choice.choose(shapes, device, dtype, quantization, shared=shared,
-                                      cache=cache, budget_s=budget_s, remeasure=remeasure)
+                                      cache=cache, budget_s=budget_s, remeasure=remeasure,
+                                      copy_weights=kernel_choice.layer_weights(shapes,
+                                                                               cfg.num_layers))
         seconds = kernel_choice.seconds_of(choice)
         if seconds is None:
             return None

@@ -115,9 +115,13 @@ def apply_kernels(model: Any, dtype: torch.dtype) -> None:
     if hasattr(model, "use_kernels") and getattr(model, "kernels", None) is None:
         import torch
 
-        model.use_kernels(kernels.choose(model.linear_shapes(), torch.device(model.device), dtype,
+        shapes = model.linear_shapes()
+        layers = getattr(getattr(model, "cfg", None), "num_layers", 0)
+        model.use_kernels(kernels.choose(shapes, torch.device(model.device), dtype,
                                          model.quantization, shared=model.shared_roles(),
-                                         deterministic=getattr(model, "deterministic", False)))
+                                         deterministic=getattr(model, "deterministic", False),
+                                         copy_weights=kernels.choice.layer_weights(shapes,
+                                                                                   layers)))
 
 
 def load_weights(model: Any, path: Path, dtype: torch.dtype,

@@ -42,7 +42,7 @@ constexpr int64_t kTileElems = MINISGL_TILE_ELEMS;
 
 enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
                   Int8WOGemm, Int4Gemm, Int4Panels, Int8WOPanels, Int8WODequant, Int4Dequant,
-                  Int4PanelsDequant };
+                  Int4PanelsDequant, CopyAmx, CopyDense };
 
 Kind kind_of(const std::string &name) {
     static const std::unordered_map<std::string, Kind> kinds = {
@@ -56,7 +56,9 @@ Kind kind_of(const std::string &name) {
         {"int8-wo-panels", Kind::Int8WOPanels},
         {"int8-wo-dequant", Kind::Int8WODequant},
         {"int4-dequant", Kind::Int4Dequant},
-        {"int4-panels-dequant", Kind::Int4PanelsDequant}};
+        {"int4-panels-dequant", Kind::Int4PanelsDequant},
+        {"int4-copy-panels", Kind::Int4Panels},  // the panels' tensors come first
+        {"int4-copy-amx", Kind::CopyAmx},        {"int4-copy-dense", Kind::CopyDense}};
     auto it = kinds.find(name);
     TORCH_CHECK(it != kinds.end(), "minisgl: no native kernel named ", name);
     return it->second;
@@ -65,7 +67,8 @@ Kind kind_of(const std::string &name) {
 struct Entry {
     Kind kind[kBuckets];
     int64_t minimum[kBuckets];        // oneDNN: fewer rows are padded up to it
-    std::vector<at::Tensor> weight;   // the layout's tensors: [w] or [q, scale(, min)]
+    // the layout's tensors: [w] or [q, scale(, min)]; int4 panels with a copy: [q, scale, min, w]
+    std::vector<at::Tensor> weight;
     std::optional<at::Tensor> bias;
     int64_t in_features, out_features;
 };
@@ -142,10 +145,11 @@ bool int4_bf16(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
 }
 
 // bf16 rows on AMX's tile multiply (wo_amx.c), as weight_only.py's WeightOnlyAmx and amx.py's
-// AmxHF (the bf16 HF weight, one tensor): a residual without a bias is summed in the kernel,
-// in fp32, and the result rounded once to bf16. The kernel choice offers them only where the
-// CPU has AMX.
-at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::Tensor> &residual) {
+// AmxHF (the bf16 HF weight, one tensor; ``copy``: the bf16 copy beside int4 panels, the last
+// tensor, as wo_copy.py's CopyGemm): a residual without a bias is summed in the kernel, in fp32,
+// and the result rounded once to bf16. The kernel choice offers them only where the CPU has AMX.
+at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::Tensor> &residual,
+               bool copy = false) {
     TORCH_CHECK(x_in.scalar_type() == at::kBFloat16, "minisgl: the AMX kernels take bf16 rows");
     at::Tensor x = x_in.contiguous();
     at::Tensor y = at::empty({x.size(0), e.out_features}, x.options());
@@ -153,9 +157,9 @@ at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::T
     if (residual && !e.bias) fused = residual->to(at::kBFloat16).contiguous();
     const void *res = fused ? fused->data_ptr() : nullptr;
     const auto *xp = reinterpret_cast<const uint16_t *>(x.data_ptr());
-    const at::Tensor &q = e.weight[0];
+    const at::Tensor &q = copy ? e.weight.back() : e.weight[0];
     int rows = x.size(0), in = e.in_features, out = e.out_features, threads = at::get_num_threads();
-    int done = e.weight.size() == 1
+    int done = copy || e.weight.size() == 1
         ? wo_amx_bf16(xp, rows, in, reinterpret_cast<const uint16_t *>(q.data_ptr()), out,
                       y.data_ptr(), 1, res, threads)
         : e.weight.size() == 3
@@ -325,6 +329,8 @@ at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &r
     case Kind::AmxHF:
     case Kind::Int8WOAmx:
     case Kind::Int4Amx: return amx(*e, x, residual);
+    case Kind::CopyAmx: return amx(*e, x, residual, true);
+    case Kind::CopyDense: return mm(x, e->weight.back().t(), e->bias, residual);
     case Kind::Int8WOGemm:
     case Kind::Int4Gemm: return gemm(*e, x, residual);
     case Kind::Int4Panels:

@@ -50,6 +50,9 @@ class Kernel:
     shares_weight = False
     # True: the inputs are rounded to int8 at the call (the panels); the LM head never takes it
     rounds_inputs = False
+    # True: the layout keeps a second copy of the weight beside the first (matmul/wo_copy.py):
+    # offered only where its bytes fit, taken only where it is clearly faster
+    copies = False
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Whether this kernel works (and gives right answers) here."""

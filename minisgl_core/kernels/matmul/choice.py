@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from minisgl_core.kernels import cpu_features
+from minisgl_core.kernels.matmul import wo_copy
 from minisgl_core.kernels.matmul.base import BUCKETS, Kernel
 from minisgl_core.kernels.matmul.choice_cache import (
     BUSY_LOAD,
@@ -94,8 +95,9 @@ class Choice:
 
 
 def candidates(role: str, device: torch.device, dtype: torch.dtype,
-               quantization: str | None) -> list[Kernel]:
-    """The kernels that can run this role here, in tie-break order."""
+               quantization: str | None, copy_fits: bool = False) -> list[Kernel]:
+    """The kernels that can run this role here, in tie-break order (those keeping a copy of the
+    weight only where ``copy_fits``)."""
     scheme = role_scheme(role, quantization)
     if scheme is None:
         pool = fp32_kernels()
@@ -103,7 +105,7 @@ def candidates(role: str, device: torch.device, dtype: torch.dtype,
         pool = int8_kernels()
     else:
         pool = weight_only_kernels(scheme)
-    found = [k for k in pool if k.available(device, dtype)]
+    found = [k for k in pool if (copy_fits or not k.copies) and k.available(device, dtype)]
     if scheme is not None and not found:
         raise RuntimeError(f"--quantization {quantization} needs an {scheme} matmul kernel, "
                            "and none works "
@@ -117,7 +119,7 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
            quantization: str | None = None, *, shared: Collection[str] = (),
            cache: Path | None = None, budget_s: float = BUDGET_S, timer: Timer | None = None,
            load: Callable[[], float] | None = None, remeasure: bool = False,
-           deterministic: bool = False) -> Choice:
+           deterministic: bool = False, copy_weights: int = 0) -> Choice:
     """Each role's kernel per bucket: forced, cached, or measured now (and cached).
 
     ``shared``: roles whose weight another part of the model keeps too (a tied LM head is the
@@ -130,13 +132,16 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     even where a cached choice exists (a caller that found the cached timings implausible).
     ``deterministic``: the batch-invariant kernels, nothing timed (ValueError where a role has
     none). The LM head is never offered a kernel that rounds its inputs to int8 (unless
-    ``MINISGL_LINEAR`` forces one).
+    ``MINISGL_LINEAR`` forces one). ``copy_weights``: the weights of the model's layers, all
+    together (``layer_weights``), for the int4 layout that keeps a copy of them in ``dtype``
+    beside the panels (wo_copy.py): offered only where that copy fits this host's memory.
     """
     if deterministic:
         schemes = {role: role_scheme(role, quantization) for role in shapes}
         return Choice(deterministic_kernels(schemes, device, dtype),
                       "batch-invariant (--deterministic)")
-    pools = {role: candidates(role, device, dtype, quantization) for role in shapes}
+    copy_fits = wo_copy.fits(copy_weights, dtype)
+    pools = {role: candidates(role, device, dtype, quantization, copy_fits) for role in shapes}
     forced = os.environ.get("MINISGL_LINEAR", "").strip().lower()
     if forced:
         return _forced(forced, pools, quantization)
@@ -167,6 +172,11 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     return Choice(kernels, f"measured in {took:.1f} s" + ("" if complete else
                                                             " (budget reached: partly)"),
                   _chosen_seconds(kernels, times) if complete else None)
+
+
+def layer_weights(shapes: Shapes, num_layers: int) -> int:
+    """The weights of ``num_layers`` layers of these shapes (the LM head not counted)."""
+    return num_layers * sum(o * i for role, (o, i) in shapes.items() if role != "lm_head")
 
 
 def seconds_of(choice: Choice) -> dict[str, tuple[float, ...]] | None:
@@ -278,7 +288,8 @@ def timed_width(out: int, inp: int) -> int:
 
 
 def _pick(pool: Sequence[Kernel], times: Mapping[str, Sequence[float]]) -> tuple[Kernel, ...]:
-    """One layout (least total slowdown against each bucket's best), then per bucket its fastest
+    """One layout (least total slowdown against each bucket's best; one keeping a copy of the
+    weight only where that is COPY_MIN_GAIN below the best without), then per bucket its fastest
     kernel; ties go to the earlier candidate. Unmeasured buckets get the first candidate."""
     n = len(BUCKETS)
     serving = [[k for k in pool if k.serves(BUCKETS[b])] for b in range(n)]
@@ -295,6 +306,11 @@ def _pick(pool: Sequence[Kernel], times: Mapping[str, Sequence[float]]) -> tuple
         return sum(times[in_layout(layout, b).name][b] / best[b] for b in range(n))
 
     layout = min(layouts, key=loss)
+    plain = [lay for lay in layouts if not any(k.copies for k in pool if k.layout == lay)]
+    if plain and layout not in plain:
+        best_plain = min(plain, key=loss)
+        if loss(layout) > loss(best_plain) * (1 - wo_copy.COPY_MIN_GAIN):
+            layout = best_plain
     return tuple(in_layout(layout, b) for b in range(n))
 
 

@@ -12,6 +12,7 @@ from minisgl_core.kernels.matmul.weight_only import (
     WeightOnlyDequant,
     WeightOnlyNative,
 )
+from minisgl_core.kernels.matmul.wo_copy import copy_kernels
 from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
 from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels, WeightOnlyPanelsDequant
 
@@ -22,11 +23,12 @@ def fp32_kernels() -> list[Kernel]:
 
 
 def weight_only_kernels(scheme: str) -> list[Kernel]:
-    """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order."""
-    # the int4 panels dequantized for torch's GEMM: no int8 twin
-    panels_gemm = [WeightOnlyPanelsDequant(scheme)] if scheme == "int4" else []
+    """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order (int4's
+    panels with a copy beside them last: the choice offers them only where the copy fits)."""
+    # the int4 panels dequantized for torch's GEMM, or with a copy: no int8 twin
+    int4_only = [WeightOnlyPanelsDequant(scheme), *copy_kernels()] if scheme == "int4" else []
     return [WeightOnlyNative(scheme), WeightOnlyPanels(scheme), WeightOnlyAmx(scheme),
-            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), *panels_gemm]
+            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), *int4_only]
 
 
 def all_kernels() -> dict[str, Kernel]:

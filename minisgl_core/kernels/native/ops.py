@@ -33,7 +33,8 @@ CXX_FLAGS = ("-O2", "-fPIC", "-std=c++20", "-Wno-c++20-extensions")
 KINDS = frozenset({"dense", "dense-hf", "onednn", "onednn-rows", "onednn-hf", "amx-hf", "int8-wo",
                    "int4", "int8-wo-amx", "int4-amx", "int8-wo-gemm", "int4-gemm",
                    "int4-panels", "int8-wo-panels", "int8-wo-dequant", "int4-dequant",
-                   "int4-panels-dequant"})
+                   "int4-panels-dequant", "int4-copy-panels", "int4-copy-amx",
+                   "int4-copy-dense"})
 
 _loaded: bool | None = None
 _failure: str | None = None
@@ -135,9 +136,12 @@ def _register_fakes() -> None:
 
 
 def _layout_tensors(packed: Any) -> list[torch.Tensor]:
-    """A packed weight as the library takes it: ``[w]`` or ``[q, scale(, min)]``."""
+    """A packed weight as the library takes it: ``[w]``, ``[q, scale(, min)]``, or int4 panels
+    with a copy beside them (matmul/wo_copy.py) ``[q, scale, min, w]``."""
     if isinstance(packed, torch.Tensor):
         return [packed]
+    if hasattr(packed, "dense"):
+        return [*_layout_tensors(packed.panels), packed.dense]
     names = ("q", "scale", "min") if hasattr(packed, "min") else ("q", "scale")
     return [getattr(packed, n) for n in names]
 
