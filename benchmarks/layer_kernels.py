@@ -44,8 +44,9 @@ def main() -> None:
         if not kernel.available(torch.device("cpu"), torch.bfloat16):
             print(f"{name}: not available here")
             continue
-        # an unquantized kernel multiplies bf16 weights, a weight-only one packs from fp32
-        packed[name] = {role: [kernel.pack(w if kernel.quantized else w.bfloat16()) for w in ws]
+        # packed from the bf16 weight, as the engine packs every layer from the weight in its
+        # dtype (int4 panels with a copy keep that copy in it)
+        packed[name] = {role: [kernel.pack(w.bfloat16()) for w in ws]
                         for role, ws in weights.items()}
     inputs = {n: {role: torch.randn(n, shape[1], generator=gen).bfloat16()
                   for role, shape in by_role.items()} for n in args.rows}
