@@ -35,6 +35,9 @@ def _case(batch: int, length: int, hq: int, hkv: int, d: int, dtype: torch.dtype
 @pytest.mark.parametrize(("batch", "length", "hq", "hkv", "d", "masked"), [
     (1, 1, 1, 1, 64, False), (1, 37, 9, 3, 64, False), (2, 16, 8, 8, 32, True),
     (3, 50, 12, 3, 80, True), (8, 129, 9, 3, 64, True), (33, 7, 4, 2, 128, True),
+    # each head size and group the kernel has a body of its own for, and beside them
+    (5, 40, 16, 4, 64, True), (3, 20, 4, 4, 128, False), (2, 33, 8, 2, 256, True),
+    (2, 9, 2, 2, 256, False), (4, 21, 10, 2, 64, True),
 ])
 def test_native_decode_equals_gather_and_sdpa(isa, dtype, batch, length, hq, hkv, d,
                                               masked) -> None:

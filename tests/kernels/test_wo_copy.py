@@ -14,6 +14,7 @@ from minisgl_core.kernels.matmul import wo_copy
 from minisgl_core.kernels.matmul.choice import candidates, choose, layer_weights
 from minisgl_core.kernels.matmul.weight_only import dequantize_int4
 from minisgl_core.kernels.matmul.wo_panels import from_panels, q8_rows
+from minisgl_core.kernels.native import ops as native_ops
 
 CPU = torch.device("cpu")
 KERNELS = {k.name: k for k in wo_copy.copy_kernels()}
@@ -38,6 +39,7 @@ def test_each_kernel_is_the_float64_product_of_the_dequantized_weight(name: str,
     for out, inp in SHAPES:
         w = (torch.randn(out, inp, generator=gen) * 0.05).to(dtype)
         linear = Linear(w, None, kernel)  # every bucket this kernel; native where it is built
+        assert linear.native == native_ops.available()  # the C++ operator knows the layout
         packed = linear.weight
         deq = dequantize_int4(from_panels(packed.panels))
         # the copy holds the panels' very values, rounded once to the dtype

@@ -83,7 +83,7 @@ static inline const float *load_kv_row(const void *base, int64_t r, int D, int b
 }
 
 #define BODY                                                                                   \
-    int G = Hq / Hkv;                                                                          \
+    const int G = G_FIXED ? G_FIXED : Hq / Hkv;                                                \
     _Pragma("omp parallel")                                                                    \
     {                                                                                          \
         float *scores = malloc(sizeof(float) * (size_t)G * (size_t)L);                         \
@@ -156,25 +156,58 @@ static inline const float *load_kv_row(const void *base, int64_t r, int D, int b
         const uint8_t *valid, int B, int L, int Hq, int Hkv, int D, float scale, int bf16,     \
         void *out
 
-static void decode_c(ARGS, int kv_int8) { BODY }
+static void decode_c(ARGS, int kv_int8) {
+    const int G_FIXED = 0;  /* the group from the arguments */
+    BODY
+}
+
+typedef void (*decode_fn)(ARGS, int kv_int8);
+
+/* The body again with the head size D and the query heads per KV head (G_FIXED) as constants,
+ * shadowing the arguments: every per-key loop over D then compiles to a fixed number of vector
+ * operations (no trip-count checks, no remainder loops) and a fixed G keeps the sums of its
+ * query heads in registers. The head sizes 64, 128 and 256, and with them the groups of the
+ * models in use: (64, 3) SmolLM2, (64, 4) Llama 3.2, (128, 2) Qwen3, (256, 4) Gemma 3 270M.
+ * 1.4-1.8x the generic body on the default model's shape (docs/design/kernels.md, 11.). */
+#define SHAPED(target, name, size, group)                                                      \
+    target static void name(ARGS, int kv_int8) {                                               \
+        (void)D;                                                                               \
+        {                                                                                      \
+            const int D = size, G_FIXED = group;                                               \
+            BODY                                                                               \
+        }                                                                                      \
+    }
+#define ALL_SHAPES(target, isa)                                                                \
+    target static void decode_##isa(ARGS, int kv_int8) {                                       \
+        const int G_FIXED = 0;                                                                 \
+        BODY                                                                                   \
+    }                                                                                          \
+    SHAPED(target, decode_##isa##_64, 64, 0)                                                   \
+    SHAPED(target, decode_##isa##_64_3, 64, 3)                                                 \
+    SHAPED(target, decode_##isa##_64_4, 64, 4)                                                 \
+    SHAPED(target, decode_##isa##_128, 128, 0)                                                 \
+    SHAPED(target, decode_##isa##_128_2, 128, 2)                                               \
+    SHAPED(target, decode_##isa##_256, 256, 0)                                                 \
+    SHAPED(target, decode_##isa##_256_4, 256, 4)                                               \
+    static decode_fn pick_##isa(int D, int G) {                                                \
+        if (D == 64) return G == 3 ? decode_##isa##_64_3 : G == 4 ? decode_##isa##_64_4       \
+                                                                   : decode_##isa##_64;        \
+        if (D == 128) return G == 2 ? decode_##isa##_128_2 : decode_##isa##_128;               \
+        if (D == 256) return G == 4 ? decode_##isa##_256_4 : decode_##isa##_256;               \
+        return decode_##isa;                                                                   \
+    }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void decode_avx2(ARGS, int kv_int8) { BODY }
-__attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-static void decode_avx512(ARGS, int kv_int8) { BODY }
+ALL_SHAPES(__attribute__((target("avx2,fma"))), avx2)
+ALL_SHAPES(__attribute__((target("avx512f,avx512bw,avx512vl,fma"))), avx512)
 #endif
 
 static int run(ARGS, int kv_int8, int isa) {
     if (Hkv < 1 || Hq % Hkv != 0 || Hq / Hkv > MAX_GROUP || D > MAX_DIM || L < 1) return -1;
 #if defined(__x86_64__)
-    if (isa >= 2) {
-        decode_avx512(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out,
-                      kv_int8);
-        return 0;
-    }
-    if (isa == 1) {
-        decode_avx2(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out,
-                    kv_int8);
+    if (isa >= 1) {
+        decode_fn decode = isa >= 2 ? pick_avx512(D, Hq / Hkv) : pick_avx2(D, Hq / Hkv);
+        decode(q, k_cache, v_cache, index, valid, B, L, Hq, Hkv, D, scale, bf16, out, kv_int8);
         return 0;
     }
 #endif

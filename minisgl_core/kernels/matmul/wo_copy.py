@@ -4,9 +4,9 @@ for the few rows of decode, the copy for the many rows of wide batches and prefi
 The panels round their inputs to int8 and sum on VNNI's dot product: the fastest at 1-8 rows,
 where a step streams the weight from memory and int4 reads a quarter of bf16's bytes. From 32
 rows on the arithmetic counts more than the bytes and a bf16 GEMM on AMX's tile multiply (or
-oneDNN's) is faster: on the default model, a layer's four matmuls at 32 rows took 0.78 ms on the
-panels, 0.51 ms on AMX; at 512 rows 6.1 ms dequantizing the panels a tile at a time, 4.0 ms on
-oneDNN with the weight already in bf16. The copy holds the panels' very values (``nib * scale +
+oneDNN's) is faster: on the default model's layers, 1.2x the panels at 32 rows, and at 128 and
+512 rows 1.7x and 1.4x the panels dequantized a tile at a time (docs/design/kernels.md, 20.). The
+copy holds the panels' very values (``nib * scale +
 min``, rounded once to the dtype, as ``int4-panels-dequant`` makes them), so it computes what the
 dequantizing kernel does, without rounding the inputs, at the price of the copy's bytes (2 a
 weight in bf16, 4 in fp32). The kernel choice offers it only where those bytes fit (``fits``) and
