@@ -33,6 +33,7 @@ from minisgl_core.kernels.matmul.choice_cache import (
     read_times,
     write_choice,
 )
+from minisgl_core.kernels.matmul.choice_rules import pick, without_hopeless
 from minisgl_core.kernels.matmul.invariant import deterministic_kernels
 from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels, weight_only_kernels
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
@@ -57,12 +58,6 @@ METHOD = 6  # in the cache key: a change in how kernels are timed or what one do
 # timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS; 6: a kernel far behind not
 # timed at the prefill buckets) invalidates old choices
 COLD_BYTES = 64 << 20
-# From the prefill buckets (128 rows and more) on, a kernel more than SKIP_RATIO times the best
-# one's time at the bucket below is not timed: its time there is taken as growing with the rows
-# (what it was, times the rows' ratio). Such a kernel (the dot-product kernels, 5-10x the GEMMs at
-# 128 and 512 rows) only falls further behind with more rows, and at Qwen3-1.7B's shapes timing
-# it at 512 rows took about a second of the choice's budget.
-SKIP_RATIO = 3.0
 FIRST_PREFILL_BUCKET = 3
 
 Shapes = Mapping[str, tuple[int, int]]  # role -> (out, in)
@@ -165,7 +160,7 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
         return Choice(cached, f"cached in {path}", _chosen_seconds(cached, read_times(path)))
     start = time.perf_counter()
     times, complete = _measure(shapes, pools, start + budget_s, timer or _time, dtype)
-    kernels = {role: _pick(pools[role], times[role]) for role in shapes}
+    kernels = {role: pick(pools[role], times[role]) for role in shapes}
     took = time.perf_counter() - start
     if complete:  # a partial measurement is used this once, never cached
         write_choice(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times, now)
@@ -246,7 +241,7 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
                 # a kernel that does what an earlier one does at this row count is not timed
                 timed = [k for k in pool if k.same_as(rows) is None and k.serves(rows)]
                 if b >= FIRST_PREFILL_BUCKET:
-                    timed = _without_hopeless(timed, times[role], b)
+                    timed = without_hopeless(timed, times[role], b)
                 for k in timed:  # warm-up: first calls build oneDNN primitives
                     k.run(packed[k.layout], x, None, None)
                 for _ in range(REPEATS if rows * out * inp <= BIG else 1):
@@ -264,54 +259,10 @@ def _measure(shapes: Shapes, pools: dict[str, list[Kernel]], deadline: float,
     return times, True
 
 
-def _without_hopeless(timed: list[Kernel], times: dict[str, list[float]],
-                      b: int) -> list[Kernel]:
-    """``timed`` less the kernels over SKIP_RATIO times the best at bucket ``b - 1``, whose time
-    at ``b`` is set to theirs at ``b - 1`` scaled by the rows."""
-    inf = float("inf")
-    before = [times[k.name][b - 1] for k in timed if times[k.name][b - 1] != inf]
-    limit = SKIP_RATIO * min(before, default=inf)
-    keep = []
-    for k in timed:
-        was = times[k.name][b - 1]
-        if limit < was < inf:
-            times[k.name][b] = was * BUCKETS[b] / BUCKETS[b - 1]
-        else:
-            keep.append(k)
-    return keep
-
-
 def timed_width(out: int, inp: int) -> int:
     """The output rows a layer of ``out`` x ``inp`` weights is timed on: all of them, or the
     first MAX_WEIGHTS worth (whole 64-row blocks, at least one)."""
     return min(out, max(64, MAX_WEIGHTS // inp // 64 * 64))
-
-
-def _pick(pool: Sequence[Kernel], times: Mapping[str, Sequence[float]]) -> tuple[Kernel, ...]:
-    """One layout (least total slowdown against each bucket's best; one keeping a copy of the
-    weight only where that is COPY_MIN_GAIN below the best without), then per bucket its fastest
-    kernel; ties go to the earlier candidate. Unmeasured buckets get the first candidate."""
-    n = len(BUCKETS)
-    serving = [[k for k in pool if k.serves(BUCKETS[b])] for b in range(n)]
-    if any(times[k.name][b] == float("inf") for b in range(n) for k in serving[b]):
-        return (pool[0],) * n
-    best = [min(times[k.name][b] for k in serving[b]) for b in range(n)]
-    layouts = [layout for layout in dict.fromkeys(k.layout for k in pool)
-               if all(any(k.layout == layout for k in serving[b]) for b in range(n))]
-
-    def in_layout(layout: str, b: int) -> Kernel:
-        return min((k for k in serving[b] if k.layout == layout), key=lambda k: times[k.name][b])
-
-    def loss(layout: str) -> float:
-        return sum(times[in_layout(layout, b).name][b] / best[b] for b in range(n))
-
-    layout = min(layouts, key=loss)
-    plain = [lay for lay in layouts if not any(k.copies for k in pool if k.layout == lay)]
-    if plain and layout not in plain:
-        best_plain = min(plain, key=loss)
-        if loss(layout) > loss(best_plain) * (1 - wo_copy.COPY_MIN_GAIN):
-            layout = best_plain
-    return tuple(in_layout(layout, b) for b in range(n))
 
 
 def machine_load() -> float:
