@@ -236,3 +236,12 @@ def test_a_connection_the_server_closed_is_retried_on_a_new_one() -> None:
     records = asyncio.run(run())
     assert [(r.ok, r.error) for r in records] == [(True, "")] * 4
     assert b"P" in unanswered  # some went out on a connection being closed: sent again
+
+
+def test_padded_prompts_differ_from_their_first_words_and_short_ones_do_not_change() -> None:
+    # the topics repeat every 8 requests: a long prompt must not be another's, or a prefix cache
+    # would serve it
+    first, again = (serve.make_messages(i, 300)[0]["content"].split() for i in (0, 8))
+    assert len(first) == len(again) == 300 and first[:2] != again[:2]
+    assert first[2:] == again[2:]  # the same topic and padding after the request's number
+    assert serve.make_messages(8)[0]["content"] == serve.make_messages(0)[0]["content"]

@@ -27,9 +27,13 @@ GRACE_S = 300.0  # after the time limit, requests in flight get this long before
 
 
 def make_messages(index: int, prompt_len: int | None = None) -> list[dict[str, str]]:
-    """The chat of request ``index``: a short question, padded to ~``prompt_len`` words."""
+    """The chat of request ``index``: a short question, padded to ~``prompt_len`` words. A padded
+    prompt starts with the request's number: the topics repeat every 8 requests, and a repeated
+    long prompt would be served from the prefix cache by the engines that keep one (or not, by
+    the size of their cache), which measures the cache, not the prefill."""
     words = f"Tell me about {TOPICS[index % len(TOPICS)]}.".split()
     if prompt_len:
+        words = [*f"Request {index}:".split(), *words]
         words += list(itertools.islice(itertools.cycle(FILLER), max(0, prompt_len - len(words))))
     return [{"role": "user", "content": " ".join(words)}]
 
