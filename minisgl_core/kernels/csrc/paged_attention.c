@@ -168,7 +168,7 @@ typedef void (*decode_fn)(ARGS, int kv_int8);
  * operations (no trip-count checks, no remainder loops) and a fixed G keeps the sums of its
  * query heads in registers. The head sizes 64, 128 and 256, and with them the groups of the
  * models in use: (64, 3) SmolLM2, (64, 4) Llama 3.2, (128, 2) Qwen3, (256, 4) Gemma 3 270M.
- * 1.4-1.8x the generic body on the default model's shape (docs/design/kernels.md, 11.). */
+ * 1.3-1.8x the generic body on the default model's shape (docs/design/kernels.md, 11.). */
 #define SHAPED(target, name, size, group)                                                      \
     target static void name(ARGS, int kv_int8) {                                               \
         (void)D;                                                                               \
