@@ -30,7 +30,6 @@ from minisgl_core.kernels.matmul.choice_cache import (
     BUSY_LOAD,
     cache_root,
     read_choice,
-    read_times,
     write_choice,
 )
 from minisgl_core.kernels.matmul.choice_rules import pick, without_hopeless
@@ -157,7 +156,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
     now = (load or machine_load)()
     cached = None if remeasure else read_choice(path, pools, remeasure_if_busy=now <= BUSY_LOAD)
     if cached is not None:
-        return Choice(cached, f"cached in {path}", _chosen_seconds(cached, read_times(path)))
+        kernels, seconds = cached
+        return Choice(kernels, f"cached in {path}", _chosen_seconds(kernels, seconds))
     start = time.perf_counter()
     times, complete = _measure(shapes, pools, start + budget_s, timer or _time, dtype)
     kernels = {role: pick(pools[role], times[role]) for role in shapes}

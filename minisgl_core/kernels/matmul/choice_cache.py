@@ -22,18 +22,14 @@ def cache_root() -> Path:
     return cache_dir() / "kernels"
 
 
-def read_times(path: Path) -> dict[str, dict[str, list[float]]] | None:
-    """role -> kernel -> seconds per bucket, as cached (None: unreadable)."""
-    try:
-        return json.loads(path.read_text())["seconds"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+Times = dict[str, dict[str, list[float]]]  # role -> kernel -> seconds per bucket
 
 
-def read_choice(path: Path, pools: dict[str, list[Kernel]],
-                remeasure_if_busy: bool = False) -> dict[str, tuple[Kernel, ...]] | None:
-    """The cached choice, each name looked up in its role's pool (None: none usable, or
-    measured on a busy machine when ``remeasure_if_busy``)."""
+def read_choice(path: Path, pools: dict[str, list[Kernel]], remeasure_if_busy: bool = False,
+                ) -> tuple[dict[str, tuple[Kernel, ...]], Times | None] | None:
+    """The cached choice, each name looked up in its role's pool, and the timings it was made
+    from (None where the file has none), in one read of the file; None: no usable choice, or one
+    measured on a busy machine when ``remeasure_if_busy``."""
     try:
         body = json.loads(path.read_text())
         if remeasure_if_busy and float(body.get("load", 0.0)) > BUSY_LOAD:
@@ -45,11 +41,11 @@ def read_choice(path: Path, pools: dict[str, list[Kernel]],
         return None
     if any(len(ks) != len(BUCKETS) or len({k.layout for k in ks}) != 1 for ks in out.values()):
         return None
-    return out
+    return out, body.get("seconds")
 
 
 def write_choice(path: Path, key: dict[str, object], choice: dict[str, list[str]],
-                 times: dict[str, dict[str, list[float]]], load: float) -> None:
+                 times: Times, load: float) -> None:
     """Cache ``choice`` and its timings atomically (a failure is logged, not raised)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
