@@ -54,7 +54,8 @@ GROUPS: dict[str, frozenset[str]] = {
                            "aten::topk", "aten::sort", "aten::cumsum", "aten::exponential_",
                            "aten::gather", "aten::scatter_", "aten::masked_fill",
                            "aten::clamp_min_", "aten::div", "aten::amax", "aten::item",
-                           "aten::_local_scalar_dense"}),
+                           "aten::_local_scalar_dense", "aten::rand", "aten::uniform_",
+                           "minisgl::sample"}),
     "dtype conversions": frozenset({"aten::to", "aten::_to_copy", "aten::copy_",
                                     "aten::type_as", "aten::contiguous", "aten::clone"}),
     # the step's input tensors built from Python lists (ids, positions, slots, lengths)

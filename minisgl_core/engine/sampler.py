@@ -1,9 +1,10 @@
 """Batched sampling with torch ops: penalties, logit bias, min_tokens, temperature, top-k, top-p,
 min-p, per-request seeds.
 
-Sampling uses the exponential race (argmax of p / E with E ~ Exp(1)), which draws from p exactly;
-a seeded request's draws come from its own generator, so its tokens do not depend on what else is
-in the batch.
+A sampled row draws one uniform u and takes the token where the running sum of its probabilities
+passes u (inverse CDF; kernels/sampling.py, natively on the CPU: torch's exponential noise and
+sort cost more than the decode step at 32 rows); a seeded request's u comes from its own
+generator, so its tokens do not depend on what else is in the batch.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from minisgl_core.engine.grammar import apply_masks
 from minisgl_core.engine.request import Request
+from minisgl_core.kernels import sampling
 from minisgl_core.sampling import TokenLogprob
 
 
@@ -41,14 +43,6 @@ def token_logprobs(logprobs: torch.Tensor, tokens: Sequence[int],
             for lp, i, v, n in zip(chosen.squeeze(1).tolist(), ids.tolist(), values.tolist(), tops,
                                    strict=True)]
 
-
-
-def _argmax(x: torch.Tensor) -> torch.Tensor:
-    """The index of each row's largest value (the first of equal ones), ``[N, V] -> [N]``.
-
-    ``max(-1).indices``, not ``argmax``: on CPU it is 2.5x faster at ``[32, 49152]`` (0.40 vs
-    0.98 ms, 2 threads), the same answer."""
-    return x.max(-1).indices
 
 class Sampler:
     """Turns a step's logits ``[N, V]`` into one next token per request."""
@@ -105,7 +99,7 @@ class Sampler:
         if constrained:  # first, so that every later step sees only allowed tokens
             apply_masks(logits, constrained, [reqs[i].grammar for i in constrained])
         if all(r.sampling.greedy and not adjusts(r) for r in reqs):
-            return _argmax(logits).tolist()  # type: ignore[no-any-return]
+            return sampling.argmax(logits)
         logits = logits.float()
         for i, r in enumerate(reqs):
             if adjusts(r):
@@ -114,7 +108,7 @@ class Sampler:
         greedy = [i for i, r in enumerate(reqs) if r.sampling.greedy]
         if greedy:
             rows = torch.tensor(greedy, device=logits.device)
-            for i, tok in zip(greedy, _argmax(logits[rows]).tolist(), strict=True):
+            for i, tok in zip(greedy, sampling.argmax(logits[rows]), strict=True):
                 out[i] = tok
         sampled = [i for i, r in enumerate(reqs) if not r.sampling.greedy]
         if sampled:
@@ -147,34 +141,23 @@ class Sampler:
             row -= s.frequency_penalty * r.counts + s.presence_penalty * (r.counts > 0).float()
 
     def _sample_rows(self, logits: torch.Tensor, reqs: Sequence[Request]) -> list[int]:
-        probs = self.probs(logits, reqs)
-        race = torch.empty_like(probs).exponential_(generator=self.generator)
+        u = torch.rand(len(reqs), dtype=torch.float64, generator=self.generator,
+                       device=self.device)  # [N], one draw per row
         for i, r in enumerate(reqs):
             if r.generator is not None:
-                race[i].exponential_(generator=r.generator)
-        return _argmax(probs / race.clamp_min_(1e-30)).tolist()  # type: ignore[no-any-return]
+                u[i] = torch.rand((), dtype=torch.float64, generator=r.generator,
+                                  device=self.device)
+        params = [r.sampling for r in reqs]
+        tokens = sampling.draw(logits, [s.temperature for s in params],
+                               [s.top_k for s in params], [s.top_p for s in params],
+                               [s.min_p for s in params], u)
+        return tokens if tokens is not None else sampling.draw_from(self.probs(logits, reqs), u)
 
     @staticmethod
     def probs(logits: torch.Tensor, reqs: Sequence[Request]) -> torch.Tensor:
         """What row i of ``logits [N, V]`` is sampled from for ``reqs[i]`` (temperature, top-k,
         top-p, min-p), unnormalised where tokens were cut: ``[N, V]`` float."""
-        n, v = logits.shape
-        dev = logits.device
-        temps = torch.tensor([r.sampling.temperature for r in reqs], device=dev).unsqueeze(1)
-        probs = torch.softmax(logits / temps, dim=-1)  # [N, V]
-        top_k = [r.sampling.top_k for r in reqs]
-        top_p = [r.sampling.top_p for r in reqs]
-        if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
-            sorted_p, order = probs.sort(dim=-1, descending=True)
-            ks = torch.tensor([k if k > 0 else v for k in top_k], device=dev).unsqueeze(1)
-            remove = torch.arange(v, device=dev).unsqueeze(0) >= ks
-            # top-p keeps the smallest prefix whose mass reaches p: drop a token once the mass
-            # before it already does (the first token always stays)
-            ps = torch.tensor([p if p < 1.0 else 2.0 for p in top_p], device=dev).unsqueeze(1)
-            remove |= (sorted_p.cumsum(-1) - sorted_p) >= ps
-            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p.masked_fill(remove, 0.0))
-        min_p = [r.sampling.min_p for r in reqs]
-        if any(m > 0 for m in min_p):
-            mp = torch.tensor(min_p, device=dev).unsqueeze(1)
-            probs = probs.masked_fill(probs < mp * probs.amax(-1, keepdim=True), 0.0)
-        return probs
+        params = [r.sampling for r in reqs]
+        return sampling.probabilities(logits, [s.temperature for s in params],
+                                      [s.top_k for s in params], [s.top_p for s in params],
+                                      [s.min_p for s in params])

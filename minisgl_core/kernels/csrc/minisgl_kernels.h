@@ -86,6 +86,15 @@ int pa_decode_int8(const void *q, const void *k_cache, const void *v_cache,
                    const int64_t *index, const uint8_t *valid, int B, int L, int Hq, int Hkv,
                    int D, float scale, int bf16, void *out, int isa);
 
+/* the sampler's full-vocabulary passes (sampling.c), logits [N, V]: one token per row drawn
+ * from softmax(logits / temperature[r]) cut by top_k[r] (0: none), top_p[r] (1: none) and
+ * min_p[r] (0: none) by inverse CDF at u[r] in [0, 1) (logits fp32; 0 done, -1 out of memory);
+ * and each row's argmax, the first of equal values (logits fp32, or bf16 with bf16 = 1) */
+int sample_rows(const float *logits, int N, int V, const float *temperature, const int *top_k,
+                const float *top_p, const float *min_p, const double *u, int64_t *out,
+                int isa);
+int argmax_rows(const void *logits, int N, int V, int bf16, int64_t *out, int isa);
+
 /* batch-invariant kernels (batch_invariant/): a row's result does not depend on the other rows
  * of the call (--deterministic); 0 done, -1 sizes not handled */
 int bi_matmul(const void *x, int T, int in, const void *w, int out, const void *bias,
