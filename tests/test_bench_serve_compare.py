@@ -76,6 +76,19 @@ def test_unknown_mode_exits_2_naming_the_modes() -> None:
     assert "unknown mode 'fp8': known modes are default, fp32, bf16, int8, int8-wo, int4" in output
 
 
+def test_extra_body_must_be_a_json_object() -> None:
+    from typer.testing import CliRunner
+
+    from minisgl_core.cli.app import make_app
+    from minisgl_core.plugin.loading import build_manager
+
+    app = make_app(build_manager())
+    for value, message in (("{temperature", "not JSON"), ("[1]", "must be a JSON object")):
+        result = CliRunner().invoke(app, ["bench", "compare", "--extra-body", value])
+        assert result.exit_code == 2
+        assert message in " ".join(result.output.replace("│", " ").split())
+
+
 @pytest.mark.parametrize(("meta", "scheme"), [
     ({"dtype": "float32", "quantization": "none"}, "fp32"),
     ({"dtype": "bfloat16", "quantization": "none"}, "bf16"),
@@ -105,6 +118,9 @@ def test_each_row_is_a_share_of_its_own_weight_formats_roofline() -> None:
              if line.startswith("| zmq") and line.count("|") == 14]  # the levels' table
     rows = {cells[1].strip(): cells[5].strip() for cells in table}  # "% of host ceiling"
     assert rows == {"zmq fp32": "50.0", "zmq int4": "10.0", "zmq bf16": "-"}
+    assert "streaming chat, greedy;" in markdown(results)
+    sampled = markdown({**results, "extra_body": {"temperature": 1.0}})
+    assert 'streaming chat, requests with {"temperature": 1.0};' in sampled
 
 
 @pytest.mark.slow
@@ -114,9 +130,11 @@ def test_modes_are_measured_side_by_side(tmp_path: Path) -> None:
     model = make_tiny_model(tmp_path / "tiny-llama", "llama")
     args = ["-s", "num_pages=64", "-s", "max_seq_len_override=256"]
     results = compare.main(["zmq"], [2], 2, 4, str(model), tmp_path / "out", launch_args=args,
-                           command="c", progress=False, modes=["fp32", "int8-wo"])
+                           command="c", progress=False, modes=["fp32", "int8-wo"],
+                           extra_body={"temperature": 1.0, "top_p": 0.9})
     assert [(s["transport"], s["scheme"], s["levels"][0]["output_tokens"])
             for s in results["service"]] == [("zmq fp32", "fp32", 8), ("zmq int8-wo", "int8-wo", 8)]
     assert results["offline"] == []  # one offline engine per mode would double the run
     assert set(results["ceilings"]["rooflines"]) == {"fp32", "int8-wo"}
     assert results["service"][0]["meta"]["dtype"] == "float32"  # as /v1/models says
+    assert results["extra_body"] == {"temperature": 1.0, "top_p": 0.9}  # sampled requests

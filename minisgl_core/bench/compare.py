@@ -34,6 +34,7 @@ from minisgl_core.bench.peers import (
     dummy_ggufs,
 )
 from minisgl_core.bench.results import known_names
+from minisgl_core.bench.serve import json_object
 from minisgl_core.store.dummy_models import config_names, config_spec, ensure_dummy_model
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.naming import model_name_of
@@ -82,7 +83,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
          repeat: int = 1, scheduler: str | None = None,
          peers: Sequence[str] = (), peer_commands: Sequence[str] = (),
          modes: Sequence[str] = (), model_config: str | None = None,
-         ggufs: Sequence[str] = ()) -> dict[str, Any]:
+         ggufs: Sequence[str] = (), extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run everything, write results.json, results.md and plot.png into ``out_dir``.
 
     ``modes`` (names of MODES): one service per transport and mode, instead of one per
@@ -95,6 +96,9 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     weights at its shapes instead of ``model``: minisgl and vLLM the safetensors, llama.cpp
     its GGUFs; ``ggufs`` (F16, Q4_0, Q8_0) add a minisgl service per transport on each of
     those files, as `minisgl launch --model FILE.gguf` serves it.
+
+    ``extra_body`` goes into every request of every engine (``{"temperature": 1.0}``: sampled
+    rather than greedy, each engine's other sampling defaults as its users get them).
 
     ``scheduler`` picks the services' scheduler role; with one other than ``continuous`` (the
     model) there is no offline engine to compare with, and ``synthetic`` leaves the transports
@@ -114,7 +118,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                          "(for any other GGUF: --model FILE.gguf)")
     concurrency = list(dict.fromkeys(concurrency))  # one level per value, in the order given
     modes = check_modes(modes)
-    if modes:
+    if modes or extra_body:  # (the offline engine decodes greedily, one engine for one mode)
         offline = False
     if scheduler not in (None, "continuous"):
         offline = False  # the offline engine runs the model: nothing to compare a stub with
@@ -144,7 +148,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         "command": command, "model": model_name_of(Path(model_dir)), "model_dir": model_dir,
         "model_config": model_config, "ggufs": {k: str(v) for k, v in gguf_files.items()},
         "max_tokens": max_tokens, "concurrency": list(concurrency), "requests": requests,
-        "prompt_len": prompt_len, "prompt": prompt,
+        "prompt_len": prompt_len, "prompt": prompt, "extra_body": extra_body,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "machine": platform.machine(),
                     "processor": platform.processor(), "python": platform.python_version()},
@@ -181,7 +185,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                     offline_runs.append(ceiling.measure(c, max_tokens, requests))
                 for svc in running + others:
                     svc.run_level(c, requests, max_tokens, prompt_len, duration_limit_s,
-                                  progress)
+                                  progress, extra_body)
             if offline_runs:
                 results["offline"].append(median_run(offline_runs))
                 results["offline_runs"].append(offline_runs)
@@ -262,6 +266,9 @@ def compare_command(
     ] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "-s", "--set", metavar="KEY=VALUE", help="Passed to every `minisgl launch`.")] = None,
+    extra_body: Annotated[str | None, typer.Option(
+        help='JSON object merged into every request of every engine, e.g. \'{"temperature": '
+             '1.0}\' to sample rather than decode greedily.')] = None,
 ) -> None:
     """Run the same streaming load on the service once per transport, next to the offline
     engine and any peers (other servers); write results.json, results.md and plot.png."""
@@ -280,6 +287,8 @@ def compare_command(
     argv += [f"--gguf={g}" for g in gguf or []]
     argv += [f"--peer={p}" for p in peer or []]
     argv += [f"--peer-command={p}" for p in peer_command or []]
+    extra = json_object(extra_body)
+    argv += [f"--extra-body={json.dumps(extra)}"] if extra is not None else []
     launch_args = [arg for kv in set_ or [] for arg in ("-s", kv)]
     argv += launch_args
     try:
@@ -287,7 +296,8 @@ def compare_command(
              prompt_len, duration_limit, offline, launch_args,
              command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat,
              scheduler=scheduler, peers=peer or (), peer_commands=peer_command or (),
-             modes=mode or (), model_config=model_config, ggufs=gguf or ())
+             modes=mode or (), model_config=model_config, ggufs=gguf or (),
+             extra_body=extra)
     except (ValueError, LookupError, RuntimeError, ModelNotFoundError) as exc:
         typer.echo(f"minisgl: error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,13 @@ from minisgl_core.bench.results import markdown_table
 HEADERS = ("engine", "concurrency", "out tok/s", "% of offline", "% of host ceiling", "req/s",
            "TTFT p50 ms",
            "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", "E2E p99 ms", "failures")
+
+
+def _sampling(results: dict[str, Any]) -> str:
+    """How the requests sampled: greedy, or the extra body's fields (each engine's defaults for
+    the rest)."""
+    extra = results.get("extra_body")
+    return f"requests with {json.dumps(extra)}" if extra else "greedy"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -54,7 +62,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`", "",
         f"Model {_model(results)} ({results.get('scheduler', 'continuous')} scheduler), "
         f"{results['max_tokens']} output tokens per request (EOS "
-        f"ignored), streaming chat, greedy; {results['prompt']}; {m['cpus']} CPUs "
+        f"ignored), streaming chat, {_sampling(results)}; {results['prompt']}; {m['cpus']} CPUs "
         f"({m['processor'] or m['machine']}), {results['date']}. Each level ran "
         f"{results.get('repeat', 1)} time(s) per engine, interleaved; the median run is shown.",
         "",

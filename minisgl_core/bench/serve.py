@@ -257,6 +257,19 @@ def main(url: str, concurrency: list[int], requests: int | None, max_tokens: int
     return dicts
 
 
+def json_object(text: str | None) -> dict[str, Any] | None:
+    """``--extra-body``'s value parsed: a JSON object, or BadParameter saying why not."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--extra-body") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint="--extra-body")
+    return value
+
+
 def serve_command(
     url: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible server.")] = (
         "http://127.0.0.1:8000"),
@@ -275,20 +288,14 @@ def serve_command(
     json_: Annotated[bool, typer.Option("--json", help="One JSON line per level.")] = False,
     extra_body: Annotated[str | None, typer.Option(
         help='JSON object merged into every request, e.g. \'{"response_format": '
-             '{"type": "json_object"}}\'.')] = None,
+             '{"type": "json_object"}}\' or \'{"temperature": 1.0}\' (requests are greedy '
+             'without it).')] = None,
 ) -> None:
     """Load an OpenAI-compatible server with streaming chat requests and report latency and
     throughput per concurrency level."""
     import aiohttp
 
-    extra = None
-    if extra_body is not None:
-        try:
-            extra = json.loads(extra_body)
-        except ValueError as exc:
-            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--extra-body") from None
-        if not isinstance(extra, dict):
-            raise typer.BadParameter("must be a JSON object", param_hint="--extra-body")
+    extra = json_object(extra_body)
     try:
         results = main(url, concurrency or [1, 8, 32], requests, max_tokens, json_, model,
                        prompt_len, duration_limit, api_key, extra_body=extra)
