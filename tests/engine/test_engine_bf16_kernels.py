@@ -43,9 +43,9 @@ def test_every_bf16_kernel_matches_the_fp32_product(rows: int, shape: tuple[int,
 def test_amx_on_the_hf_weight_is_the_exact_product_before_rounding() -> None:
     gen = torch.Generator().manual_seed(5)
     # odd widths (a partial last group and block: copied, not loaded as tiles) and real ones
-    for out, inp in [(37, 50), (5, 33), (960, 576), (576, 1536), (49152 // 16, 576)]:
+    for out, inp in [(37, 50), (5, 33), (960, 576), (576, 1536), (49152 // 16, 576), (25, 40)]:
         w = torch.randn(out, inp, generator=gen).to(BF16)
-        for rows in (1, 2, 3, 8, 17, 33, 64, 65, 130):
+        for rows in (1, 2, 3, 8, 17, 24, 32, 33, 64, 65, 130):
             x = torch.randn(rows, inp, generator=gen).to(BF16)
             y = amx_matmul(x, w)
             ref = x.double() @ w.double().t()  # products of bf16 are exact in fp32

@@ -81,7 +81,7 @@ def test_amx_kernel_equals_the_dequantized_product(scheme: str) -> None:
         deq = _dequant(scheme, packed)
         if scheme == "int4":  # its tiles are the fp32 weight rounded once to bf16
             deq = deq.bfloat16().float()
-        for rows in (*ROWS, 16, 17, 64, 65, 130):  # one to four C tiles, and a second pass
+        for rows in (*ROWS, 16, 17, 32, 64, 65, 130):  # one to four C tiles, and a second pass
             x = torch.randn(rows, inp, generator=gen).bfloat16()
             ref = x.double() @ deq.double().t()
             y = amx_matmul(x, packed)  # type: ignore[arg-type]

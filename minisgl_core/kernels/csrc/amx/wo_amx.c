@@ -201,6 +201,77 @@ TA static inline void copy_bf16(const uint16_t *w, int in, int n0, int nr, int g
 
 enum weight_kind { W_INT4, W_INT8, W_BF16 };
 
+/* the weight tile of rows n0 .. n0 + nr - 1, group g: a bf16 weight's own rows where a whole
+ * tile lies in it (*stride = its row bytes), else buf (64 bytes a row) dequantized or copied */
+TA static inline const void *a_tile(enum weight_kind kind, const void *q, const float *s32,
+                                    const float *m32, int in, int groups, int64_t row_bytes,
+                                    int n0, int nr, int g, uint16_t *buf, int64_t *stride) {
+    *stride = 64;
+    if (kind == W_BF16 && nr == 16 && (g + 1) * GROUP <= in) {
+        *stride = row_bytes;
+        return (const uint16_t *)q + (int64_t)n0 * in + g * GROUP;
+    }
+    if (kind == W_INT4) dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, buf);
+    else if (kind == W_INT8) dequant_int8((const int8_t *)q, in, n0, nr, g, buf);
+    else copy_bf16((const uint16_t *)q, in, n0, nr, g, buf);
+    return buf;
+}
+
+/* 17-32 tokens (two token tiles): blocks of 32 outputs, two weight tiles against the two token
+ * tiles, so a group takes four tile loads for four multiplies, where a block of 16 outputs takes
+ * three for two. Tile loads, not the multiplies, bound this kernel at these sizes (on a 2-core
+ * Xeon: 13-16 ns a multiply alone, 29 ns with one tile load beside it). Called inside run()'s
+ * parallel region, its tiles configured; a missing second block (odd blocks) repeats the first
+ * and writes nothing. */
+TA static void pairs(int T, int in, enum weight_kind kind, const void *q, const void *scale,
+                     const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
+                     int groups, int blocks, int64_t row_bytes, const uint16_t *xb, float *s32,
+                     float *m32) {
+    uint16_t a4[2][2][16 * 32] __attribute__((aligned(64)));  /* [group parity][tile] */
+    float c[4][16][16] __attribute__((aligned(64)));
+    memset(a4, 0, sizeof a4);
+    int npairs = (blocks + 1) / 2;
+#pragma omp for schedule(static)
+    for (int p = 0; p < npairs; p++) {
+        int n0 = p * 32, na = out - n0 < 16 ? out - n0 : 16, nb = out - n0 - 16;
+        nb = nb > 16 ? 16 : nb;  /* <= 0: no second block */
+        if (kind == W_INT4) block_scales(scale, mn, groups, n0, na + (nb > 0 ? nb : 0), s32, m32);
+        const char *ahead = (const char *)q + (int64_t)(n0 + 32) * row_bytes;
+        int64_t ahead_step = p + 1 < npairs ? 32 * row_bytes / groups : 0;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int g = 0; g < groups; g++) {
+            for (int64_t i = 0; i < ahead_step; i += 64)
+                _mm_prefetch(ahead + (int64_t)g * ahead_step + i, _MM_HINT_T1);
+            int64_t sa, sb = 0;
+            const void *wa = a_tile(kind, q, s32, m32, in, groups, row_bytes, n0, na, g,
+                                    a4[g & 1][0], &sa);
+            const void *wb = nb > 0 ? a_tile(kind, q, s32 + 16 * groups, m32 + 16 * groups, in,
+                                             groups, row_bytes, n0 + 16, nb, g, a4[g & 1][1],
+                                             &sb) : wa;
+            const uint16_t *b = xb + (size_t)g * 2 * BTILE_ELEMS;
+            _tile_loadd(4, wa, sa);
+            _tile_loadd(5, wb, nb > 0 ? sb : sa);
+            _tile_loadd(6, b, 64);
+            _tile_loadd(7, b + BTILE_ELEMS, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64);
+        _tile_stored(2, c[2], 64); _tile_stored(3, c[3], 64);
+        const float *rs = kind == W_INT8 ? scale : NULL;
+        write_tokens((const float (*)[16])c[0], rs, y, y_bf16, residual, out, n0, na, 0, 16);
+        write_tokens((const float (*)[16])c[1], rs, y, y_bf16, residual, out, n0, na, 16, T - 16);
+        if (nb > 0) {
+            write_tokens((const float (*)[16])c[2], rs, y, y_bf16, residual, out, n0 + 16, nb, 0,
+                         16);
+            write_tokens((const float (*)[16])c[3], rs, y, y_bf16, residual, out, n0 + 16, nb,
+                         16, T - 16);
+        }
+    }
+}
+
 /* y [T, out] = x [T, in] bf16 @ W^T (+ residual): W int4 (q, scale, mn as wo_matmul.c), int8
  * (q [out, in] int8, scale [out] fp32) or bf16 (q [out, in], loaded into tiles as it is) */
 TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const void *q,
@@ -211,7 +282,7 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
     int64_t row_bytes = kind == W_INT4 ? (int64_t)groups * 16 : kind == W_INT8 ? in : 2 * in;
     uint16_t *xb = aligned_alloc(64, (size_t)groups * tiles * BTILE_ELEMS * 2);
     /* int4: each thread's copy of its block's scales and mins in fp32 (block_scales) */
-    float *sm = kind == W_INT4 ? malloc(sizeof(float) * 32 * groups * threads) : NULL;
+    float *sm = kind == W_INT4 ? malloc(sizeof(float) * 64 * groups * threads) : NULL;
     if (xb == NULL || (kind == W_INT4 && sm == NULL)) {
         free(xb);
         free(sm);
@@ -226,66 +297,65 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
         uint16_t a2[2][16 * 32] __attribute__((aligned(64)));
         float c[CTILES][16][16] __attribute__((aligned(64)));
         memset(a2, 0, sizeof a2);  /* rows past the last output stay zero */
-        float *s32 = sm ? sm + (size_t)32 * groups * omp_get_thread_num() : NULL;
-        float *m32 = s32 ? s32 + 16 * groups : NULL;
+        /* 32 rows of scales, then of mins: a pair of blocks (below) */
+        float *s32 = sm ? sm + (size_t)64 * groups * omp_get_thread_num() : NULL;
+        float *m32 = s32 ? s32 + 32 * groups : NULL;
+        if (tiles == 2) {
+            pairs(T, in, kind, q, scale, mn, out, y, y_bf16, residual, groups, blocks, row_bytes,
+                  xb, s32, m32);
+        } else {
 #pragma omp for schedule(static)
-        for (int blk = 0; blk < blocks; blk++) {
-            int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
-            if (kind == W_INT4) block_scales(scale, mn, groups, n0, nr, s32, m32);
-            /* the block AHEAD blocks on: 16 rows of row_bytes, a 1 / groups slice per group */
-            const char *ahead = (const char *)q + (int64_t)(n0 + 16 * AHEAD) * row_bytes;
-            int64_t ahead_step = blk + AHEAD < blocks ? 16 * row_bytes / groups : 0;
-            for (int t0 = 0; t0 < tiles; t0 += CTILES) {
-                int nt = tiles - t0 < CTILES ? tiles - t0 : CTILES;
-                /* at 1-2 token tiles, odd groups sum into two other C tiles: two chains of
-                 * dependent multiplies instead of one */
-                int split = nt <= 2;
-                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                for (int g = 0; g < groups; g++) {
-                    uint16_t *a = a2[g & 1];
-                    if (t0 == 0)  /* a slice of a block ahead (the rows' strided reads defeat
-                                   * the hardware prefetcher) */
-                        for (int64_t i = 0; i < ahead_step; i += 64)
-                            _mm_prefetch(ahead + (int64_t)g * ahead_step + i, _MM_HINT_T1);
-                    const void *src = a;  /* the weight tile: 16 rows of 64 bytes */
-                    int64_t stride = 64;
-                    if (kind == W_BF16 && nr == 16 && (g + 1) * GROUP <= in) {
-                        src = (const uint16_t *)q + (int64_t)n0 * in + g * GROUP;
-                        stride = row_bytes;
-                    } else if (kind == W_INT4) {
-                        dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, a);
-                    } else if (kind == W_INT8) {
-                        dequant_int8((const int8_t *)q, in, n0, nr, g, a);
-                    } else {
-                        copy_bf16((const uint16_t *)q, in, n0, nr, g, a);
+            for (int blk = 0; blk < blocks; blk++) {
+                int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
+                if (kind == W_INT4) block_scales(scale, mn, groups, n0, nr, s32, m32);
+                /* the block AHEAD blocks on: 16 rows of row_bytes, a 1 / groups slice per group */
+                const char *ahead = (const char *)q + (int64_t)(n0 + 16 * AHEAD) * row_bytes;
+                int64_t ahead_step = blk + AHEAD < blocks ? 16 * row_bytes / groups : 0;
+                for (int t0 = 0; t0 < tiles; t0 += CTILES) {
+                    int nt = tiles - t0 < CTILES ? tiles - t0 : CTILES;
+                    /* at 1-2 token tiles, odd groups sum into two other C tiles: two chains of
+                     * dependent multiplies instead of one */
+                    int split = nt <= 2;
+                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    for (int g = 0; g < groups; g++) {
+                        uint16_t *a = a2[g & 1];
+                        if (t0 == 0)  /* a slice of a block ahead (the rows' strided reads defeat
+                                       * the hardware prefetcher) */
+                            for (int64_t i = 0; i < ahead_step; i += 64)
+                                _mm_prefetch(ahead + (int64_t)g * ahead_step + i, _MM_HINT_T1);
+                        int64_t stride;  /* the weight tile: 16 rows */
+                        const void *src = a_tile(kind, q, s32, m32, in, groups, row_bytes, n0, nr,
+                                                 g, a, &stride);
+                        const uint16_t *b = xb + ((size_t)g * tiles + t0) * BTILE_ELEMS;
+                        if (!split) {
+                            _tile_loadd(4, src, stride);
+                            DP(0, 0, 4, 5);
+                            DP(1, 1, 4, 6);
+                            if (nt > 2) DP(2, 2, 4, 7);
+                            if (nt > 3) DP(3, 3, 4, 5);
+                        } else if (!(g & 1)) {  /* even groups: A in tile 4, sums in tiles 0-1 */
+                            _tile_loadd(4, src, stride);
+                            if (nt > 1) { DP(0, 0, 4, 6); DP(1, 1, 4, 7); }
+                            else DP(0, 0, 4, 6);
+                        } else {  /* odd ones: A in tile 5, sums in tiles 2-3 */
+                            _tile_loadd(5, src, stride);
+                            if (nt > 1) { DP(2, 0, 5, 6); DP(3, 1, 5, 7); }
+                            else DP(2, 0, 5, 7);
+                        }
                     }
-                    const uint16_t *b = xb + ((size_t)g * tiles + t0) * BTILE_ELEMS;
-                    if (!split) {
-                        _tile_loadd(4, src, stride);
-                        DP(0, 0, 4, 5);
-                        DP(1, 1, 4, 6);
-                        if (nt > 2) DP(2, 2, 4, 7);
-                        if (nt > 3) DP(3, 3, 4, 5);
-                    } else if (!(g & 1)) {  /* even groups: A in tile 4, sums in tiles 0-1 */
-                        _tile_loadd(4, src, stride);
-                        if (nt > 1) { DP(0, 0, 4, 6); DP(1, 1, 4, 7); }
-                        else DP(0, 0, 4, 6);
-                    } else {  /* odd ones: A in tile 5, sums in tiles 2-3 */
-                        _tile_loadd(5, src, stride);
-                        if (nt > 1) { DP(2, 0, 5, 6); DP(3, 1, 5, 7); }
-                        else DP(2, 0, 5, 7);
+                    _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64);
+                    _tile_stored(2, c[2], 64); _tile_stored(3, c[3], 64);
+                    /* c[i][r][t]: output n0 + r, token 16 (t0 + i) + t */
+                    for (int i = 0; i < nt; i++) {
+                        if (split)
+                            for (int r = 0; r < 16; r++)
+                                _mm512_store_ps(c[i][r],
+                                                _mm512_add_ps(_mm512_load_ps(c[i][r]),
+                                                              _mm512_load_ps(c[i + 2][r])));
+                        int first = 16 * (t0 + i), left = T - first;
+                        write_tokens((const float (*)[16])c[i], kind == W_INT8 ? scale : NULL, y,
+                                     y_bf16, residual, out, n0, nr, first, left < 16 ? left : 16);
                     }
-                }
-                _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64);
-                _tile_stored(2, c[2], 64); _tile_stored(3, c[3], 64);
-                for (int i = 0; i < nt; i++) {  /* c[i][r][t]: output n0 + r, token 16 (t0 + i) + t */
-                    if (split)
-                        for (int r = 0; r < 16; r++)
-                            _mm512_store_ps(c[i][r], _mm512_add_ps(_mm512_load_ps(c[i][r]),
-                                                                   _mm512_load_ps(c[i + 2][r])));
-                    int first = 16 * (t0 + i), left = T - first;
-                    write_tokens((const float (*)[16])c[i], kind == W_INT8 ? scale : NULL, y,
-                                 y_bf16, residual, out, n0, nr, first, left < 16 ? left : 16);
                 }
             }
         }
