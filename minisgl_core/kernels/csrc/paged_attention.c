@@ -82,6 +82,15 @@ static inline const float *load_kv_row(const void *base, int64_t r, int D, int b
     return buf;
 }
 
+/* the first byte of row r of a KV cache (load_kv_row's layouts) */
+static inline const void *kv_row_at(const void *base, int64_t r, int D, int bf16, int kv_int8) {
+    return (const char *)base + r * (kv_int8 ? D + 2 : bf16 ? 2 * D : 4 * D);
+}
+
+/* rows a few keys ahead are fetched while this one is summed: their slots come from the index,
+ * which the hardware prefetcher cannot follow */
+#define AHEAD_KEYS 8
+
 #define BODY                                                                                   \
     const int G = G_FIXED ? G_FIXED : Hq / Hkv;                                                \
     _Pragma("omp parallel")                                                                    \
@@ -101,6 +110,9 @@ static inline const float *load_kv_row(const void *base, int64_t r, int D, int b
                     for (int g = 0; g < G; g++) scores[g * L + l] = -INFINITY;                 \
                     continue;                                                                  \
                 }                                                                              \
+                if (l + AHEAD_KEYS < L)                                                        \
+                    __builtin_prefetch(kv_row_at(k_cache, slots[l + AHEAD_KEYS] * Hkv + h, D,  \
+                                                 bf16, kv_int8));                              \
                 float ks;                                                                      \
                 const float *kr = load_kv_row(k_cache, slots[l] * Hkv + h, D, bf16, kv_int8,   \
                                               row, &ks);                                       \
@@ -128,6 +140,9 @@ static inline const float *load_kv_row(const void *base, int64_t r, int D, int b
             memset(acc, 0, sizeof(float) * (size_t)G * (size_t)D);                             \
             for (int l = 0; l < L; l++) {                                                      \
                 if (ok && !ok[l]) continue;                                                    \
+                if (l + AHEAD_KEYS < L)                                                        \
+                    __builtin_prefetch(kv_row_at(v_cache, slots[l + AHEAD_KEYS] * Hkv + h, D,  \
+                                                 bf16, kv_int8));                              \
                 float vs;                                                                      \
                 const float *vr = load_kv_row(v_cache, slots[l] * Hkv + h, D, bf16, kv_int8,   \
                                               row, &vs);                                       \
