@@ -118,7 +118,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                          "(for any other GGUF: --model FILE.gguf)")
     concurrency = list(dict.fromkeys(concurrency))  # one level per value, in the order given
     modes = check_modes(modes)
-    if modes or extra_body:  # (the offline engine decodes greedily, one engine for one mode)
+    if modes or extra_body:  # the offline engine: one configuration, decoding greedily
         offline = False
     if scheduler not in (None, "continuous"):
         offline = False  # the offline engine runs the model: nothing to compare a stub with
