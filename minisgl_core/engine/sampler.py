@@ -1,5 +1,5 @@
-"""Batched sampling with torch ops: penalties, logit bias, min_tokens, temperature, top-k, top-p,
-min-p, per-request seeds.
+"""Batched sampling: penalties, logit bias, min_tokens, temperature, top-k, top-p, min-p,
+per-request seeds.
 
 A sampled row draws one uniform u and takes the token where the running sum of its probabilities
 passes u (inverse CDF; kernels/sampling.py, natively on the CPU: torch's exponential noise and
