@@ -44,6 +44,13 @@ def token_logprobs(logprobs: torch.Tensor, tokens: Sequence[int],
                                    strict=True)]
 
 
+def _filters(reqs: Sequence[Request]) -> tuple[list[float], list[int], list[float], list[float]]:
+    """Each request's temperature, top_k, top_p and min_p, as kernels/sampling.py takes them."""
+    params = [r.sampling for r in reqs]
+    return ([s.temperature for s in params], [s.top_k for s in params],
+            [s.top_p for s in params], [s.min_p for s in params])
+
+
 class Sampler:
     """Turns a step's logits ``[N, V]`` into one next token per request."""
 
@@ -147,17 +154,11 @@ class Sampler:
             if r.generator is not None:
                 u[i] = torch.rand((), dtype=torch.float64, generator=r.generator,
                                   device=self.device)
-        params = [r.sampling for r in reqs]
-        tokens = sampling.draw(logits, [s.temperature for s in params],
-                               [s.top_k for s in params], [s.top_p for s in params],
-                               [s.min_p for s in params], u)
+        tokens = sampling.draw(logits, *_filters(reqs), u)
         return tokens if tokens is not None else sampling.draw_from(self.probs(logits, reqs), u)
 
     @staticmethod
     def probs(logits: torch.Tensor, reqs: Sequence[Request]) -> torch.Tensor:
         """What row i of ``logits [N, V]`` is sampled from for ``reqs[i]`` (temperature, top-k,
         top-p, min-p), unnormalised where tokens were cut: ``[N, V]`` float."""
-        params = [r.sampling for r in reqs]
-        return sampling.probabilities(logits, [s.temperature for s in params],
-                                      [s.top_k for s in params], [s.top_p for s in params],
-                                      [s.min_p for s in params])
+        return sampling.probabilities(logits, *_filters(reqs))
