@@ -6,10 +6,10 @@ where a step streams the weight from memory and int4 reads a quarter of bf16's b
 rows on the arithmetic counts more than the bytes and a bf16 GEMM on AMX's tile multiply (or
 oneDNN's) is faster: on the default model's layers, 1.2x the panels at 32 rows, and at 128 and
 512 rows 1.7x and 1.4x the panels dequantized a tile at a time (docs/design/kernels.md, 20.). The
-copy holds the panels' very values (``nib * scale +
-min``, rounded once to the dtype, as ``int4-panels-dequant`` makes them), so it computes what the
-dequantizing kernel does, without rounding the inputs, at the price of the copy's bytes (2 a
-weight in bf16, 4 in fp32). The kernel choice offers it only where those bytes fit (``fits``)
+copy holds the panels' very values (``nib * scale + min``, rounded once to the dtype, as
+``int4-panels-dequant`` makes them), so it computes what the dequantizing kernel does, without
+rounding the inputs, at the price of the copy's bytes (2 a weight in bf16, 4 in fp32). The kernel
+choice offers it only where those bytes fit (``fits``)
 and takes it only where it is faster by COPY_MIN_GAIN (choice_rules.py); ``MINISGL_WEIGHT_COPY=0``
 turns it off.
 """
