@@ -155,8 +155,9 @@ def test_a_killed_replica_fails_its_requests_and_stops_the_service(
             done = [ex.submit(stream, i) for i in range(2)]
             for ev in started:
                 assert ev.wait(60), "a stream did not start within 60 s"
-            m = svc.metrics()
-            assert replica(m, "minisgl_requests_running") == [1, 1]  # one on each replica
+            # one on each replica; the gauges reach /metrics a report interval after the step
+            svc.wait_metrics(lambda m: replica(m, "minisgl_requests_running") == [1, 1],
+                             timeout=30, what="one request running on each replica")
             svc.workers()["scheduler-dp1"].kill()
             for f in done:
                 f.result(timeout=60)
