@@ -29,7 +29,7 @@ from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.speculative import Speculator
 from minisgl_core.engine.stats import EngineStats
-from minisgl_core.engine.step_layout import layout
+from minisgl_core.engine.step_layout import FOLD_KEYS, layout
 from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, make_deterministic, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
@@ -249,7 +249,7 @@ class Engine:
             return refused
         spec = [] if self.speculator is None else self.speculator.plan(batch.decode,
                                                                         self.batcher)
-        lay = layout(batch, spec)
+        lay = layout(batch, spec, FOLD_KEYS)
         if self.tp is not None:  # the followers run the same forward on their shards
             self.tp.send_step(lay.ids, lay.decode, lay.prefill, self.page_size)
         meta = build_metadata(lay.decode, lay.prefill, self.page_size, self.device,

@@ -16,6 +16,7 @@ import torch
 
 from minisgl_core.engine.attention import build_metadata
 from minisgl_core.engine.compile_choice import AUTO_ON, resolve_compile
+from minisgl_core.engine.step_layout import FOLD_KEYS
 from minisgl_core.wire.schema import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
@@ -63,11 +64,20 @@ def test_compiled_step_gives_the_eager_greedy_tokens(compiled_fp32, make_engine,
     assert compiled_fp32.info()["compile"] == "on" and eager.info()["compile"] == "off"
 
 
-def test_prefill_steps_run_eagerly(compiled_fp32, drain, tokens_of) -> None:
+def test_a_short_prefill_runs_in_the_graph_and_a_long_one_eagerly(compiled_fp32, make_engine,
+                                                                   drain, tokens_of) -> None:
     one = SamplingParams(max_tokens=1, temperature=0.0)
-    compiled_fp32.add_request("p", [5, 6, 7], one)  # a prefill step only: nothing to decode
-    graphs, outs = _ran_compiled(lambda: drain(compiled_fp32))
-    assert tokens_of(outs["p"]) and not graphs
+    rng = random.Random(5)
+    # 3 tokens read 6 keys, folded into decode rows; 100 read 5,050 > FOLD_KEYS: the extend path
+    short, long = ([rng.randrange(3, compiled_fp32.vocab_size) for _ in range(n)] for n in (3, 100))
+    assert 100 * 101 // 2 > FOLD_KEYS >= 3 * 4 // 2
+    eager = make_engine("llama", page_size=4)
+    for rid, prompt, compiled in (("s", short, True), ("l", long, False)):
+        compiled_fp32.add_request(rid, prompt, one)  # a prefill step only: nothing to decode
+        graphs, outs = _ran_compiled(lambda: drain(compiled_fp32))
+        eager.add_request(rid, prompt, one)
+        assert tokens_of(outs[rid]) == tokens_of(drain(eager)[rid])
+        assert bool(graphs) is compiled, (rid, graphs)
 
 
 def _ran_compiled(fn) -> tuple[dict[str, int], object]:
