@@ -29,7 +29,7 @@ from minisgl_core.engine.request import Request, State, StepOutput
 from minisgl_core.engine.sampler import Sampler
 from minisgl_core.engine.speculative import Speculator
 from minisgl_core.engine.stats import EngineStats
-from minisgl_core.engine.step_layout import FOLD_KEYS, layout
+from minisgl_core.engine.step_layout import fold_keys, layout
 from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, make_deterministic, release_freed_memory
 from minisgl_core.sampling import SamplingParams, TokenLogprob
@@ -97,6 +97,9 @@ class Engine:
         self.kv = KVPool(cfg.num_layers, self.num_pages, self.page_size, kv_heads,
                          cfg.head_dim, self.dtype, self.device, prefault=config.cache == "radix",
                          kv_dtype=config.kv_cache_dtype)
+        # prefill rows a step lays out as decode rows (step_layout): fewer where a key is larger
+        self.fold_keys = fold_keys(KVPool.bytes_per_token(cfg.num_layers, kv_heads, cfg.head_dim,
+                                                          self.dtype, config.kv_cache_dtype))
         self.allocator = PageAllocator(self.num_pages)
         self.workspace = Workspace(kv_heads, cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
@@ -249,7 +252,7 @@ class Engine:
             return refused
         spec = [] if self.speculator is None else self.speculator.plan(batch.decode,
                                                                         self.batcher)
-        lay = layout(batch, spec, FOLD_KEYS)
+        lay = layout(batch, spec, self.fold_keys)
         if self.tp is not None:  # the followers run the same forward on their shards
             self.tp.send_step(lay.ids, lay.decode, lay.prefill, self.page_size)
         meta = build_metadata(lay.decode, lay.prefill, self.page_size, self.device,

@@ -26,10 +26,17 @@ from minisgl_core.engine import prompt_logprobs
 from minisgl_core.engine.batching import ScheduledBatch
 from minisgl_core.engine.request import Request
 
-# the keys the folded prefill rows of one step may read in all: about 4 ms of decode attention
-# on the default model (30 layers, 3 KV heads; a key of a (row, KV head) pair took ~10 ns),
-# against the 10-16 ms an eager step costs beyond the compiled one at 32 rows
-FOLD_KEYS = 4096
+# the keys and values the folded prefill rows of one step may read in all: about 4 ms of decode
+# attention at 25 GB/s (on the default model, 4,369 keys of 23,040 bytes across its layers; a
+# (row, KV head) pair took ~10 ns a key), against the 10-16 ms an eager step took beyond the
+# compiled one at 32 rows there; a model with more KV bytes per token folds fewer keys
+FOLD_BYTES = 96 << 20
+
+
+def fold_keys(kv_bytes_per_token: int) -> int:
+    """The keys a step's folded prefill rows may read, with ``kv_bytes_per_token`` of K and V
+    per token across the layers (this rank's share)."""
+    return FOLD_BYTES // kv_bytes_per_token
 Pages = tuple[list[int], int]  # a decode row: the request's pages, its length after this token
 Chunk = tuple[list[int], int, int]  # an extend chunk: pages, tokens cached before, chunk length
 

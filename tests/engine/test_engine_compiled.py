@@ -16,7 +16,6 @@ import torch
 
 from minisgl_core.engine.attention import build_metadata
 from minisgl_core.engine.compile_choice import AUTO_ON, resolve_compile
-from minisgl_core.engine.step_layout import FOLD_KEYS
 from minisgl_core.wire.schema import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
@@ -65,12 +64,14 @@ def test_compiled_step_gives_the_eager_greedy_tokens(compiled_fp32, make_engine,
 
 
 def test_a_short_prefill_runs_in_the_graph_and_a_long_one_eagerly(compiled_fp32, make_engine,
-                                                                   drain, tokens_of) -> None:
+                                                                   drain, tokens_of,
+                                                                   monkeypatch) -> None:
     one = SamplingParams(max_tokens=1, temperature=0.0)
     rng = random.Random(5)
-    # 3 tokens read 6 keys, folded into decode rows; 100 read 5,050 > FOLD_KEYS: the extend path
+    # 3 tokens read 6 keys, folded into decode rows; 100 read 5,050, over a budget of 1,000 keys
+    # (the tiny model's own, from its few KV bytes a token, would fold both): the extend path
     short, long = ([rng.randrange(3, compiled_fp32.vocab_size) for _ in range(n)] for n in (3, 100))
-    assert 100 * 101 // 2 > FOLD_KEYS >= 3 * 4 // 2
+    monkeypatch.setattr(compiled_fp32, "fold_keys", 1000)
     eager = make_engine("llama", page_size=4)
     for rid, prompt, compiled in (("s", short, True), ("l", long, False)):
         compiled_fp32.add_request(rid, prompt, one)  # a prefill step only: nothing to decode

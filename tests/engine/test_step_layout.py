@@ -3,9 +3,12 @@ their own positions, then the extend chunks; the rows sampled follow the same or
 
 from __future__ import annotations
 
+import torch
+
 from minisgl_core.engine.batching import ScheduledBatch
+from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.request import Request
-from minisgl_core.engine.step_layout import layout
+from minisgl_core.engine.step_layout import FOLD_BYTES, fold_keys, layout
 from minisgl_core.wire.schema import SamplingParams
 
 SP = SamplingParams(max_tokens=8)
@@ -45,3 +48,10 @@ def test_nothing_folds_without_a_budget_or_when_prompt_logprobs_are_asked() -> N
     assert len(lay.decode) == 3 and lay.prefill == [(again.pages, 0, 3)]
     lay = layout(ScheduledBatch(prefill=[(asked, 2)]), [], fold_keys=1000)
     assert lay.decode == [] and lay.prefill == [(asked.pages, 0, 2)] and len(lay.chunks) == 1
+
+
+def test_the_budget_is_in_kv_bytes_so_a_larger_model_folds_fewer_keys() -> None:
+    smol = KVPool.bytes_per_token(30, 3, 64, torch.bfloat16)  # the default model: 23,040 bytes
+    qwen = KVPool.bytes_per_token(28, 8, 128, torch.float32)  # Qwen3-1.7B's shapes in fp32
+    assert fold_keys(smol) == FOLD_BYTES // 23_040 > 4000
+    assert fold_keys(qwen) < fold_keys(smol) // 9  # ~10x the bytes a key
