@@ -13,9 +13,9 @@ completes its prompt); ``spec_rows`` are every row of the speculating requests, 
 Short prefill chunks are laid out the same way, as decode rows of their own positions (after the
 speculating rows), when they ask no prompt logprobs and their rows read at most ``fold_keys``
 keys in all: a step that admits one new request beside the running ones then stays a decode-only
-step too, served by the compiled graph instead of the eager forward (at 32 running requests,
-half the steps of a served load admit one). A long chunk keeps the extend path: the decode
-attention would read its context once per row.
+step too, served by the compiled graph instead of the eager forward (with requests arriving one
+at a time beside 32 running ones, half the steps admit one). A long chunk keeps the extend
+path: the decode attention would read its context once per row.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def fold_keys(kv_bytes_per_token: int) -> int:
     """The keys a step's folded prefill rows may read, with ``kv_bytes_per_token`` of K and V
     per token across the layers (this rank's share)."""
     return FOLD_BYTES // kv_bytes_per_token
+
+
 Pages = tuple[list[int], int]  # a decode row: the request's pages, its length after this token
 Chunk = tuple[list[int], int, int]  # an extend chunk: pages, tokens cached before, chunk length
 
