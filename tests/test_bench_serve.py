@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from minisgl_core.bench import results, serve
+from minisgl_core.bench import results, serve, serve_cli
 from minisgl_core.testing.service import RunningService, free_port, launch_service
 
 SERVICE_ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
@@ -35,7 +35,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService
 
 def cli() -> typer.Typer:
     app = typer.Typer()
-    app.command()(serve.serve_command)
+    app.command()(serve_cli.serve_command)
     return app
 
 
@@ -64,7 +64,7 @@ def generated(service: RunningService) -> float:
 def test_serve_reports_each_level(service: RunningService,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     before = generated(service)
-    results = serve.main(service.url, [1, 4], 8, 8, json_lines=True, progress=False)
+    results = serve_cli.main(service.url, [1, 4], 8, 8, json_lines=True, progress=False)
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(line) for line in lines] == results
     assert len(results) == 2
@@ -106,6 +106,31 @@ def test_serve_extra_body_constrains_every_request(service: RunningService) -> N
     assert level["output_tokens"] < 4 * 8
     bad = runner.invoke(cli(), [*args[:-1], "[1]"])
     assert bad.exit_code == 2 and "JSON object" in bad.output
+
+
+def test_arrivals_are_a_seeded_poisson_process() -> None:
+    assert serve.arrival_offsets(3, None) == [0.0, 0.0, 0.0]  # closed loop: all due at once
+    due = serve.arrival_offsets(4000, 20.0)
+    assert due == serve.arrival_offsets(4000, 20.0) and due[0] == 0.0
+    gaps = np.diff(due)
+    assert (gaps > 0).all()
+    assert gaps.mean() == pytest.approx(1 / 20, rel=0.05)  # 3,999 gaps: ~1.6% standard error
+    assert np.std(gaps) == pytest.approx(1 / 20, rel=0.1)  # exponential: std = mean
+
+
+def test_serve_with_a_request_rate_sends_each_request_at_its_time(
+        service: RunningService) -> None:
+    out = CliRunner().invoke(cli(), ["--url", service.url, "--concurrency", "8", "--requests",
+                                     "6", "--max-tokens", "4", "--request-rate", "5", "--json"])
+    assert out.exit_code == 0, out.output
+    (line,) = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    level = json.loads(line)
+    check_level(level, 8, 6, 4)
+    assert level["request_rate"] == 5.0
+    # the last request was not sent before its arrival time, however fast the server answers
+    assert level["duration_s"] >= serve.arrival_offsets(6, 5.0)[-1]
+    bad = CliRunner().invoke(cli(), ["--url", service.url, "--request-rate", "0"])
+    assert bad.exit_code == 2
 
 
 def test_serve_unreachable_server_exits_1() -> None:
@@ -179,7 +204,7 @@ def strict_server() -> Iterator[str]:
 
 
 def test_serve_drops_refused_ignore_eos(strict_server: str) -> None:
-    (level,) = serve.main(strict_server, [3], 6, 64, json_lines=False, progress=False)
+    (level,) = serve_cli.main(strict_server, [3], 6, 64, json_lines=False, progress=False)
     assert level["ignore_eos"] is False
     assert (level["completed"], level["failures"]) == (6, 0)
     assert level["output_tokens"] == 6 * len(CHUNKS)  # no usage chunk: one token per text chunk

@@ -34,7 +34,7 @@ from minisgl_core.bench.peers import (
     dummy_ggufs,
 )
 from minisgl_core.bench.results import known_names
-from minisgl_core.bench.serve import json_object
+from minisgl_core.bench.serve_cli import json_object
 from minisgl_core.store.dummy_models import config_names, config_spec, ensure_dummy_model
 from minisgl_core.store.errors import ModelNotFoundError
 from minisgl_core.store.naming import model_name_of

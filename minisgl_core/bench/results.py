@@ -71,6 +71,7 @@ class ServeResult:
     max_tokens: int
     ignore_eos: bool
     errors: tuple[str, ...] = field(default=())
+    request_rate: float | None = None  # requests a second sent at random times; None: closed loop
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able (NaN becomes null)."""

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import math
+import random
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from minisgl_core.bench.results import Record, ServeResult, markdown_table
+from minisgl_core.bench.results import Record, ServeResult
 
 if TYPE_CHECKING:
     import aiohttp
@@ -159,11 +159,24 @@ async def probe(session: aiohttp.ClientSession, url: str, model: str,
     raise RuntimeError(f"the warm-up request failed: {last}")
 
 
+def arrival_offsets(requests: int, rate: float | None, seed: int = 0) -> list[float]:
+    """When each request is due, in seconds from the level's start: a Poisson process of
+    ``rate`` requests a second (exponential gaps, seeded: every run and engine sends at the same
+    times), the first at 0; all at 0 without a rate."""
+    if rate is None or requests == 0:
+        return [0.0] * requests
+    rng = random.Random(seed)
+    gaps = [rng.expovariate(rate) for _ in range(requests - 1)]
+    return list(itertools.accumulate(gaps, initial=0.0))
+
+
 async def run_level(session: aiohttp.ClientSession, url: str, model: str, concurrency: int,
                     requests: int, max_tokens: int, prompt_len: int | None,
                     options: dict[str, Any], duration_limit_s: float,
-                    progress: bool = True) -> ServeResult:
-    """``requests`` requests, ``concurrency`` at a time (closed loop); no new request starts
+                    progress: bool = True, request_rate: float | None = None) -> ServeResult:
+    """``requests`` requests, ``concurrency`` at a time: each as soon as one ends (closed loop),
+    or with ``request_rate`` each at its Poisson arrival time once one of the ``concurrency``
+    slots is free (vLLM's ``--request-rate`` with ``--max-concurrency``); no new request starts
     after ``duration_limit_s`` and those still running ``GRACE_S`` later are cut."""
     from tqdm import tqdm
 
@@ -171,6 +184,7 @@ async def run_level(session: aiohttp.ClientSession, url: str, model: str, concur
     await asyncio.gather(*(one_request(session, url, request_body(
         model, i, min(4, max_tokens), prompt_len, options)) for i in range(concurrency)))
     counter = itertools.count()
+    due = arrival_offsets(requests, request_rate)
     records: list[Record] = []
     started = 0
     t0 = time.perf_counter()
@@ -180,6 +194,10 @@ async def run_level(session: aiohttp.ClientSession, url: str, model: str, concur
     async def worker() -> None:
         nonlocal started
         while (i := next(counter)) < requests and time.perf_counter() - t0 < duration_limit_s:
+            if (wait := t0 + due[i] - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
+                if time.perf_counter() - t0 >= duration_limit_s:
+                    break
             started += 1
             body = request_body(model, i, max_tokens, prompt_len, options)
             records.append(await one_request(session, url, body))
@@ -192,8 +210,9 @@ async def run_level(session: aiohttp.ClientSession, url: str, model: str, concur
     await asyncio.gather(*pending, return_exceptions=True)
     bar.close()
     end = max((r.start + r.e2e for r in records), default=time.perf_counter())
-    return ServeResult.from_records(concurrency, started, records, end - t0, max_tokens,
-                                    bool(options.get("ignore_eos")))
+    result = ServeResult.from_records(concurrency, started, records, end - t0, max_tokens,
+                                      bool(options.get("ignore_eos")))
+    return dataclasses.replace(result, request_rate=request_rate)
 
 
 async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
@@ -206,8 +225,8 @@ async def fetch_model(session: aiohttp.ClientSession, url: str) -> str:
 async def run_serve(url: str, concurrency: Sequence[int], requests: int | None, max_tokens: int,
                     *, model: str | None = None, prompt_len: int | None = None,
                     duration_limit_s: float = 300.0, api_key: str | None = None,
-                    progress: bool = True,
-                    extra_body: dict[str, Any] | None = None) -> list[ServeResult]:
+                    progress: bool = True, extra_body: dict[str, Any] | None = None,
+                    request_rate: float | None = None) -> list[ServeResult]:
     """The async core: warm up, then one ServeResult per concurrency level, in order.
 
     aiohttp, not httpx: the client shares the machine with the server it measures, and httpx
@@ -224,85 +243,5 @@ async def run_serve(url: str, concurrency: Sequence[int], requests: int | None, 
         # extra fields (response_format, tools...) go into every request after the probe
         options = {**await probe(session, url, model, prompt_len), **(extra_body or {})}
         return [await run_level(session, url, model, c, requests or default_requests(c),
-                                max_tokens, prompt_len, options, duration_limit_s, progress)
-                for c in concurrency]
-
-
-TABLE_HEADERS = ("concurrency", "requests", "failures", "out tok/s", "req/s", "TTFT p50 ms",
-                 "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "E2E p50 ms", "E2E p99 ms")
-
-
-def table_row(r: ServeResult) -> list[object]:
-    return [r.concurrency, r.requests, r.failures, r.output_tok_s, r.req_s, r.ttft_p50_ms,
-            r.ttft_p99_ms, r.tpot_p50_ms, r.tpot_p99_ms, r.e2e_p50_ms, r.e2e_p99_ms]
-
-
-def main(url: str, concurrency: list[int], requests: int | None, max_tokens: int,
-         json_lines: bool, model: str | None = None, prompt_len: int | None = None,
-         duration_limit_s: float = 300.0, api_key: str | None = None,
-         progress: bool = True, extra_body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Run the load, print a table (or one JSON line per level), return the levels as dicts."""
-    results = asyncio.run(run_serve(url, concurrency, requests, max_tokens, model=model,
-                                    prompt_len=prompt_len, duration_limit_s=duration_limit_s,
-                                    api_key=api_key, progress=progress,
-                                    extra_body=extra_body))
-    dicts = [r.as_dict() for r in results]
-    if json_lines:
-        for d in dicts:
-            print(json.dumps(d), flush=True)
-    else:
-        print(markdown_table(TABLE_HEADERS, [table_row(r) for r in results]))
-        if results and not results[0].ignore_eos:
-            print("(the server refused ignore_eos: requests may stop before max_tokens)")
-    return dicts
-
-
-def json_object(text: str | None) -> dict[str, Any] | None:
-    """``--extra-body``'s value parsed: a JSON object, or BadParameter saying why not."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--extra-body") from None
-    if not isinstance(value, dict):
-        raise typer.BadParameter("must be a JSON object", param_hint="--extra-body")
-    return value
-
-
-def serve_command(
-    url: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible server.")] = (
-        "http://127.0.0.1:8000"),
-    concurrency: Annotated[list[int] | None, typer.Option(
-        help="Requests in flight at once, repeat for several levels (default: 1, 8, 32).")] = None,
-    requests: Annotated[int | None, typer.Option(
-        help="Requests per level (default: 2 x concurrency, at least 8).")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
-    model: Annotated[str | None, typer.Option(help="Model name (default: /v1/models).")] = None,
-    prompt_len: Annotated[int | None, typer.Option(
-        help="Pad the prompt to about this many words (default: a short question).")] = None,
-    duration_limit: Annotated[float, typer.Option(
-        help="Seconds per level after which no new request starts.")] = 300.0,
-    api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY",
-                                                help="Bearer token.")] = None,
-    json_: Annotated[bool, typer.Option("--json", help="One JSON line per level.")] = False,
-    extra_body: Annotated[str | None, typer.Option(
-        help='JSON object merged into every request, e.g. \'{"response_format": '
-             '{"type": "json_object"}}\' or \'{"temperature": 1.0}\' (requests are greedy '
-             'without it).')] = None,
-) -> None:
-    """Load an OpenAI-compatible server with streaming chat requests and report latency and
-    throughput per concurrency level."""
-    import aiohttp
-
-    extra = json_object(extra_body)
-    try:
-        results = main(url, concurrency or [1, 8, 32], requests, max_tokens, json_, model,
-                       prompt_len, duration_limit, api_key, extra_body=extra)
-    except (aiohttp.ClientError, RuntimeError) as exc:
-        typer.echo(f"minisgl: error: {url}: {exc}", err=True)
-        raise typer.Exit(1) from None
-    failed = sum(r["failures"] for r in results)
-    if failed:
-        typer.echo(f"minisgl: {failed} request(s) failed", err=True)
-        raise typer.Exit(1)
+                                max_tokens, prompt_len, options, duration_limit_s, progress,
+                                request_rate) for c in concurrency]

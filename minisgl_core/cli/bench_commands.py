@@ -15,7 +15,7 @@ from minisgl_core.bench.fleet_dp import dp_command
 from minisgl_core.bench.perplexity_http import perplexity_command
 from minisgl_core.bench.prefix import prefix_command
 from minisgl_core.bench.quality import quality_command
-from minisgl_core.bench.serve import serve_command
+from minisgl_core.bench.serve_cli import serve_command
 from minisgl_core.bench.service_rss import rss_command
 from minisgl_core.bench.speculative import speculative_command
 from minisgl_core.bench.structured import structured_command
