@@ -124,7 +124,8 @@ def test_compare_writes_its_results_through_the_command_line(tiny_model: Path,
     out = tmp_path / "results"
     result = bench("compare", "--transport", "zmq", "--concurrency", "1", "--requests", "2",
                    "--max-tokens", "4", "--model", str(tiny_model), "--out", str(out),
-                   "--no-offline", "-s", "num_pages=64", "-s", "max_seq_len_override=256")
+                   "--no-offline", "--request-rate", "4", "-s", "num_pages=64",
+                   "-s", "max_seq_len_override=256")
     assert result.exit_code == 0, result.output
     results = json.loads((out / "results.json").read_text())
     (svc,) = results["service"]
@@ -132,7 +133,11 @@ def test_compare_writes_its_results_through_the_command_line(tiny_model: Path,
     (level,) = svc["levels"]
     assert (level["concurrency"], level["failures"], level["output_tokens"]) == (1, 0, 2 * 4)
     assert results["offline"] == []
-    assert re.search(r"^\|\s*zmq\s*\|", (out / "results.md").read_text(), flags=re.M)
+    md = (out / "results.md").read_text()
+    assert re.search(r"^\|\s*zmq\s*\|", md, flags=re.M)
+    # open loop: both requests at their Poisson times, and the report says how they were sent
+    assert results["request_rate"] == level["request_rate"] == 4.0
+    assert "--request-rate=4.0" in md and "sent at 4/s (Poisson arrivals)" in md
 
 
 def test_compare_serves_random_weights_at_the_shapes_of_a_config(

@@ -121,6 +121,8 @@ def test_each_row_is_a_share_of_its_own_weight_formats_roofline() -> None:
     assert "streaming chat, greedy;" in markdown(results)
     sampled = markdown({**results, "extra_body": {"temperature": 1.0}})
     assert 'streaming chat, requests with {"temperature": 1.0};' in sampled
+    paced = markdown({**results, "request_rate": 2.5})
+    assert "streaming chat, greedy, sent at 2.5/s (Poisson arrivals);" in paced
 
 
 @pytest.mark.slow

@@ -83,7 +83,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
          repeat: int = 1, scheduler: str | None = None,
          peers: Sequence[str] = (), peer_commands: Sequence[str] = (),
          modes: Sequence[str] = (), model_config: str | None = None,
-         ggufs: Sequence[str] = (), extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
+         ggufs: Sequence[str] = (), extra_body: dict[str, Any] | None = None,
+         request_rate: float | None = None) -> dict[str, Any]:
     """Run everything, write results.json, results.md and plot.png into ``out_dir``.
 
     ``modes`` (names of MODES): one service per transport and mode, instead of one per
@@ -98,7 +99,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     those files, as `minisgl launch --model FILE.gguf` serves it.
 
     ``extra_body`` goes into every request of every engine (``{"temperature": 1.0}``: sampled
-    rather than greedy, each engine's other sampling defaults as its users get them).
+    rather than greedy, each engine's other sampling defaults as its users get them);
+    ``request_rate`` sends the requests at Poisson arrival times instead of a closed loop.
 
     ``scheduler`` picks the services' scheduler role; with one other than ``continuous`` (the
     model) there is no offline engine to compare with, and ``synthetic`` leaves the transports
@@ -118,8 +120,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                          "(for any other GGUF: --model FILE.gguf)")
     concurrency = list(dict.fromkeys(concurrency))  # one level per value, in the order given
     modes = check_modes(modes)
-    if modes or extra_body:  # the offline engine: one configuration, decoding greedily
-        offline = False
+    if modes or extra_body or request_rate:  # the offline engine: one configuration, decoding
+        offline = False  # greedily, a whole batch at once
     if scheduler not in (None, "continuous"):
         offline = False  # the offline engine runs the model: nothing to compare a stub with
     if scheduler is not None:
@@ -149,6 +151,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         "model_config": model_config, "ggufs": {k: str(v) for k, v in gguf_files.items()},
         "max_tokens": max_tokens, "concurrency": list(concurrency), "requests": requests,
         "prompt_len": prompt_len, "prompt": prompt, "extra_body": extra_body,
+        "request_rate": request_rate,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "machine": platform.machine(),
                     "processor": platform.processor(), "python": platform.python_version()},
@@ -185,7 +188,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                     offline_runs.append(ceiling.measure(c, max_tokens, requests))
                 for svc in running + others:
                     svc.run_level(c, requests, max_tokens, prompt_len, duration_limit_s,
-                                  progress, extra_body)
+                                  progress, extra_body, request_rate)
             if offline_runs:
                 results["offline"].append(median_run(offline_runs))
                 results["offline_runs"].append(offline_runs)
@@ -269,6 +272,9 @@ def compare_command(
     extra_body: Annotated[str | None, typer.Option(
         help='JSON object merged into every request of every engine, e.g. \'{"temperature": '
              '1.0}\' to sample rather than decode greedily.')] = None,
+    request_rate: Annotated[float | None, typer.Option(
+        min=0.001, help="Requests a second, sent at the same random (Poisson) times to every "
+        "engine, the level's concurrency the most in flight (default: a closed loop).")] = None,
 ) -> None:
     """Run the same streaming load on the service once per transport, next to the offline
     engine and any peers (other servers); write results.json, results.md and plot.png."""
@@ -277,6 +283,7 @@ def compare_command(
     for flag, value, default in (("requests", requests, None), ("max-tokens", max_tokens, 64),
                                  ("model", model, None), ("model-config", model_config, None),
                                  ("prompt-len", prompt_len, None),
+                                 ("request-rate", request_rate, None),
                                  ("repeat", repeat, 1),
                                  ("out", out, Path("results/compare"))):
         if value != default:
@@ -297,7 +304,7 @@ def compare_command(
              command=shlex.join(["minisgl", "bench", "compare", *argv]), repeat=repeat,
              scheduler=scheduler, peers=peer or (), peer_commands=peer_command or (),
              modes=mode or (), model_config=model_config, ggufs=gguf or (),
-             extra_body=extra)
+             extra_body=extra, request_rate=request_rate)
     except (ValueError, LookupError, RuntimeError, ModelNotFoundError) as exc:
         typer.echo(f"minisgl: error: {exc}", err=True)
         raise typer.Exit(1) from None

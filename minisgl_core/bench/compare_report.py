@@ -15,9 +15,10 @@ HEADERS = ("engine", "concurrency", "out tok/s", "% of offline", "% of host ceil
 
 def _sampling(results: dict[str, Any]) -> str:
     """How the requests sampled: greedy, or the extra body's fields (each engine's defaults for
-    the rest)."""
-    extra = results.get("extra_body")
-    return f"requests with {json.dumps(extra)}" if extra else "greedy"
+    the rest); and when they were sent, with a request rate."""
+    extra, rate = results.get("extra_body"), results.get("request_rate")
+    how = f"requests with {json.dumps(extra)}" if extra else "greedy"
+    return how + (f", sent at {rate:g}/s (Poisson arrivals)" if rate else "")
 
 
 def markdown(results: dict[str, Any]) -> str:

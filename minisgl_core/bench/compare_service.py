@@ -141,15 +141,17 @@ class ServiceUnderTest:
 
     def run_level(self, concurrency: int, requests: int | None, max_tokens: int,
                   prompt_len: int | None, duration_limit_s: float, progress: bool,
-                  extra_body: dict[str, Any] | None = None) -> None:
+                  extra_body: dict[str, Any] | None = None,
+                  request_rate: float | None = None) -> None:
         """One concurrency level of load, adding up the CPU each process spent on it;
-        ``extra_body`` merged into every request (sampling parameters: greedy without)."""
+        ``extra_body`` merged into every request (sampling parameters: greedy without);
+        ``request_rate``: requests at Poisson arrival times, ``concurrency`` the most at once."""
         pid = self.service.proc.pid
         before, client = cpu_seconds(pid), time.process_time()
         (level,) = asyncio.run(run_serve(self.service.url, [concurrency], requests, max_tokens,
                                          prompt_len=prompt_len,
                                          duration_limit_s=duration_limit_s, progress=progress,
-                                         extra_body=extra_body))
+                                         extra_body=extra_body, request_rate=request_rate))
         after = cpu_seconds(pid)
         for k in after.keys() & before.keys():
             self.cpu_s[k] = self.cpu_s.get(k, 0.0) + after[k] - before[k]
