@@ -9,9 +9,8 @@ oneDNN's) is faster: on the default model's layers, 1.2x the panels at 32 rows, 
 copy holds the panels' very values (``nib * scale + min``, rounded once to the dtype, as
 ``int4-panels-dequant`` makes them), so it computes what the dequantizing kernel does, without
 rounding the inputs, at the price of the copy's bytes (2 a weight in bf16, 4 in fp32). The kernel
-choice offers it only where those bytes fit (``fits``)
-and takes it only where it is faster by COPY_MIN_GAIN (choice_rules.py); ``MINISGL_WEIGHT_COPY=0``
-turns it off.
+choice offers it only where those bytes fit (``fits``) and takes it only where it is faster by
+COPY_MIN_GAIN (choice_rules.py); ``MINISGL_WEIGHT_COPY=0`` turns it off.
 """
 
 from __future__ import annotations

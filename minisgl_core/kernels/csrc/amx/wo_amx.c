@@ -12,8 +12,9 @@
  * tokens, inputs 2 k2 and 2 k2 + 1 of the group (zeros past the row's end and the last token).
  * Four C tiles hold 16 outputs by up to 64 tokens in fp32 across all groups (at 17-32 tokens 32
  * outputs by 32 tokens: pairs()); each weight tile is unpacked once for all of them, so from a
- * few rows on the unpacking, not the multiply, is the cost, and it hardly grows with the rows. Output row blocks are spread over OpenMP threads;
- * each thread configures its tiles and releases them at the end of the call.
+ * few rows on the unpacking, not the multiply, is the cost, and it hardly grows with the rows.
+ * Output row blocks are spread over OpenMP threads; each thread configures its tiles and
+ * releases them at the end of the call.
  */
 #define _GNU_SOURCE  /* syscall() */
 #include "../minisgl_kernels.h"
