@@ -130,6 +130,25 @@ def test_a_kernel_far_behind_is_not_timed_at_the_prefill_buckets(tmp_path: Path,
     assert seconds == pytest.approx([rows * 4e-3 for rows in BUCKETS])
 
 
+
+def test_a_kernel_far_behind_but_flat_in_the_rows_is_still_timed(tmp_path: Path,
+                                                                 pool_names) -> None:
+    # a kernel dequantizing its weight per call: 4x the other at 32 rows, but the same time at
+    # every row count, so at 512 rows it is ahead; the rows' ratio would have said 4x behind
+    flat, linear = "dense", "dense-hf"
+    if not {flat, linear} <= set(pool_names):
+        pytest.skip("no dense kernels here")
+    timed: list[tuple[str, int]] = []
+
+    def timer(kernel: Kernel, packed: object, x: torch.Tensor) -> float:
+        timed.append((kernel.name, x.shape[0]))
+        return 0.128 if kernel.name == flat else x.shape[0] * 1e-3
+
+    choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=timer)
+    assert all((flat, rows) in timed for rows in BUCKETS)
+    body = next(iter(tmp_path.glob("linear-*.json"))).read_text()
+    assert json.loads(body)["seconds"]["qkv"][flat] == pytest.approx([0.128] * len(BUCKETS))
+
 def test_the_default_models_layers_are_timed_whole_and_larger_ones_trimmed() -> None:
     smollm2 = {"qkv": (960, 576), "gate_up": (3072, 576), "down": (576, 1536)}
     assert all(timed_width(out, inp) == out for out, inp in smollm2.values())

@@ -53,9 +53,9 @@ MAX_WEIGHTS = 8192 * 576
 # previous run, a kernel that computes fast but streams slowly would win: so those runs read
 # COLD_BYTES of something else first (more than a server's L3).
 COLD_ROWS = 16
-METHOD = 6  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
+METHOD = 7  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
 # timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS; 6: a kernel far behind not
-# timed at the prefill buckets) invalidates old choices
+# timed at the prefill buckets; 7: unless its time stayed flat below) invalidates old choices
 COLD_BYTES = 64 << 20
 FIRST_PREFILL_BUCKET = 3
 

@@ -9,24 +9,32 @@ from minisgl_core.kernels.matmul import wo_copy
 from minisgl_core.kernels.matmul.base import BUCKETS, Kernel
 
 # From the prefill buckets (128 rows and more) on, a kernel more than SKIP_RATIO times the best
-# one's time at the bucket below is not timed: its time there is taken as growing with the rows
-# (what it was, times the rows' ratio). Such a kernel (the dot-product kernels, 5-10x the GEMMs at
-# 128 and 512 rows) only falls further behind with more rows, and at Qwen3-1.7B's shapes timing
-# it at 512 rows took about a second of the choice's budget.
+# one's time at the bucket below, whose time grew with the rows there, is not timed: its time is
+# taken as growing with the rows (what it was, times the rows' ratio). Such a kernel (the
+# dot-product kernels, 5-10x the GEMMs at 128 and 512 rows) only falls further behind with more
+# rows, and at Qwen3-1.7B's shapes timing it at 512 rows took about a second of the choice's
+# budget. A kernel that dequantizes the weight for a GEMM pays that per call: its time hardly
+# moves from 8 to 32 rows (1.1-1.2 ms at Qwen3-1.7B's gate|up, 3.0-3.4x AMX's there) and is
+# 1.8 ms at 128, not the 4.4 the rows' ratio gave, which made the row layout win that layer
+# in about half the choices, 2.4x slower than the panels at one row.
 SKIP_RATIO = 3.0
+# "grew with the rows": by at least this share of the rows' ratio between the two buckets below
+GROWTH_SHARE = 0.5
 
 
 def without_hopeless(timed: list[Kernel], times: dict[str, list[float]],
                      b: int) -> list[Kernel]:
-    """``timed`` less the kernels over SKIP_RATIO times the best at bucket ``b - 1``, whose time
-    at ``b`` is set to theirs at ``b - 1`` scaled by the rows."""
+    """``timed`` less the kernels over SKIP_RATIO times the best at bucket ``b - 1`` (``b`` >= 2)
+    whose time grew with the rows from ``b - 2``; their time at ``b`` is set to theirs at
+    ``b - 1`` scaled by the rows."""
     inf = float("inf")
     before = [times[k.name][b - 1] for k in timed if times[k.name][b - 1] != inf]
     limit = SKIP_RATIO * min(before, default=inf)
+    growth = GROWTH_SHARE * BUCKETS[b - 1] / BUCKETS[b - 2]
     keep = []
     for k in timed:
-        was = times[k.name][b - 1]
-        if limit < was < inf:
+        was, earlier = times[k.name][b - 1], times[k.name][b - 2]
+        if limit < was < inf and was >= growth * earlier:  # earlier inf: not measured, timed
             times[k.name][b] = was * BUCKETS[b] / BUCKETS[b - 1]
         else:
             keep.append(k)
