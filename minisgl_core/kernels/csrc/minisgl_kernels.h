@@ -61,6 +61,10 @@ int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                 const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
                 int threads);
+/* int4 in 16-output panels (wo_int4_panels' layout) the same way */
+int wo_amx_int4_panels(const uint16_t *x, int T, int in, const uint8_t *q,
+                       const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                       const void *residual, int threads);
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
                 void *y, int y_bf16, const void *residual, int threads);
 int wo_amx_bf16(const uint16_t *x, int T, int in, const uint16_t *w, int out, void *y,

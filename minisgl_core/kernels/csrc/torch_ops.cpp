@@ -42,7 +42,7 @@ constexpr int64_t kTileElems = MINISGL_TILE_ELEMS;
 
 enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
                   Int8WOGemm, Int4Gemm, Int4Panels, Int8WOPanels, Int8WODequant, Int4Dequant,
-                  Int4PanelsDequant, CopyAmx, CopyDense };
+                  Int4PanelsDequant, Int4PanelsAmx, CopyAmx, CopyDense };
 
 Kind kind_of(const std::string &name) {
     static const std::unordered_map<std::string, Kind> kinds = {
@@ -57,6 +57,7 @@ Kind kind_of(const std::string &name) {
         {"int8-wo-dequant", Kind::Int8WODequant},
         {"int4-dequant", Kind::Int4Dequant},
         {"int4-panels-dequant", Kind::Int4PanelsDequant},
+        {"int4-panels-amx", Kind::Int4PanelsAmx},
         {"int4-copy-panels", Kind::Int4Panels},  // the panels' tensors come first
         {"int4-copy-amx", Kind::CopyAmx},        {"int4-copy-dense", Kind::CopyDense}};
     auto it = kinds.find(name);
@@ -146,10 +147,11 @@ bool int4_bf16(const Entry &e, const at::Tensor &x_in, at::Tensor &y) {
 
 // bf16 rows on AMX's tile multiply (wo_amx.c), as weight_only.py's WeightOnlyAmx and amx.py's
 // AmxHF (the bf16 HF weight, one tensor; ``copy``: the bf16 copy beside int4 panels, the last
-// tensor, as wo_copy.py's CopyGemm): a residual without a bias is summed in the kernel, in fp32,
-// and the result rounded once to bf16. The kernel choice offers them only where the CPU has AMX.
+// tensor, as wo_copy.py's CopyGemm; ``panels``: int4 panels, as wo_panels_amx.py's
+// WeightOnlyPanelsAmx): a residual without a bias is summed in the kernel, in fp32, and the
+// result rounded once to bf16. The kernel choice offers them only where the CPU has AMX.
 at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::Tensor> &residual,
-               bool copy = false) {
+               bool copy = false, bool panels = false) {
     TORCH_CHECK(x_in.scalar_type() == at::kBFloat16, "minisgl: the AMX kernels take bf16 rows");
     at::Tensor x = x_in.contiguous();
     at::Tensor y = at::empty({x.size(0), e.out_features}, x.options());
@@ -163,7 +165,7 @@ at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::T
         ? wo_amx_bf16(xp, rows, in, reinterpret_cast<const uint16_t *>(q.data_ptr()), out,
                       y.data_ptr(), 1, res, threads)
         : e.weight.size() == 3
-        ? wo_amx_int4(xp, rows, in, q.data_ptr<uint8_t>(),
+        ? (panels ? wo_amx_int4_panels : wo_amx_int4)(xp, rows, in, q.data_ptr<uint8_t>(),
                       reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
                       reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), out,
                       y.data_ptr(), 1, res, threads)
@@ -330,6 +332,7 @@ at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &r
     case Kind::Int8WOAmx:
     case Kind::Int4Amx: return amx(*e, x, residual);
     case Kind::CopyAmx: return amx(*e, x, residual, true);
+    case Kind::Int4PanelsAmx: return amx(*e, x, residual, false, true);
     case Kind::CopyDense: return mm(x, e->weight.back().t(), e->bias, residual);
     case Kind::Int8WOGemm:
     case Kind::Int4Gemm: return gemm(*e, x, residual);

@@ -15,6 +15,7 @@ from minisgl_core.kernels.matmul.weight_only import (
 from minisgl_core.kernels.matmul.wo_copy import copy_kernels
 from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
 from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels, WeightOnlyPanelsDequant
+from minisgl_core.kernels.matmul.wo_panels_amx import WeightOnlyPanelsAmx
 
 
 def fp32_kernels() -> list[Kernel]:
@@ -25,8 +26,9 @@ def fp32_kernels() -> list[Kernel]:
 def weight_only_kernels(scheme: str) -> list[Kernel]:
     """The candidates for ``--quantization int8-wo`` or ``int4``, in tie-break order (int4's
     panels with a copy beside them last: the choice offers them only where the copy fits)."""
-    # the int4 panels dequantized for torch's GEMM, or with a copy: no int8 twin
-    int4_only = [WeightOnlyPanelsDequant(scheme), *copy_kernels()] if scheme == "int4" else []
+    # the int4 panels on AMX or dequantized for torch's GEMM, or with a copy: no int8 twin
+    int4_only = ([WeightOnlyPanelsAmx(), WeightOnlyPanelsDequant(scheme), *copy_kernels()]
+                 if scheme == "int4" else [])
     return [WeightOnlyNative(scheme), WeightOnlyPanels(scheme), WeightOnlyAmx(scheme),
             WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), *int4_only]
 

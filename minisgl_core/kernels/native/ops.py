@@ -33,8 +33,8 @@ CXX_FLAGS = ("-O2", "-fPIC", "-std=c++20", "-Wno-c++20-extensions")
 KINDS = frozenset({"dense", "dense-hf", "onednn", "onednn-rows", "onednn-hf", "amx-hf", "int8-wo",
                    "int4", "int8-wo-amx", "int4-amx", "int8-wo-gemm", "int4-gemm",
                    "int4-panels", "int8-wo-panels", "int8-wo-dequant", "int4-dequant",
-                   "int4-panels-dequant", "int4-copy-panels", "int4-copy-amx",
-                   "int4-copy-dense"})
+                   "int4-panels-dequant", "int4-panels-amx", "int4-copy-panels",
+                   "int4-copy-amx", "int4-copy-dense"})
 
 _loaded: bool | None = None
 _failure: str | None = None

@@ -14,7 +14,10 @@
  * outputs by 32 tokens: pairs()); each weight tile is unpacked once for all of them, so from a
  * few rows on the unpacking, not the multiply, is the cost, and it hardly grows with the rows.
  * Output row blocks are spread over OpenMP threads; each thread configures its tiles and
- * releases them at the end of the call.
+ * releases them at the end of the call. int4 in 16-output panels (avx512/wo_panels.c's layout)
+ * is dequantized the same way: a panel's group is 4 vectors of 64 bytes, lane l of vector k
+ * holding output l's group bytes 4k..4k+3, so a 4 x 4 transpose of 32-bit lanes gives each
+ * output's 16 bytes in order, and its scales and mins lie [groups][16] per panel.
  */
 #define _GNU_SOURCE  /* syscall() */
 #include "../minisgl_kernels.h"
@@ -148,6 +151,32 @@ TA static inline void dequant_int4(const uint8_t *q, const float *s32, const flo
     }
 }
 
+/* The same from int4 panels: q [panels][groups][4][16][4], s32 / m32 [panel][groups][16]
+ * (block_scales of whole panels); rows n0 .. n0 + nr - 1 lie in one panel (n0 a multiple of 16) */
+TA static inline void dequant_panels4(const uint8_t *q, const float *s32, const float *m32,
+                                      int groups, int n0, int nr, int g, uint16_t *a) {
+    const uint8_t *src = q + ((int64_t)(n0 / 16) * groups + g) * 256;
+    __m512i v0 = _mm512_loadu_si512(src), v1 = _mm512_loadu_si512(src + 64);
+    __m512i v2 = _mm512_loadu_si512(src + 128), v3 = _mm512_loadu_si512(src + 192);
+    __m512i t0 = _mm512_unpacklo_epi32(v0, v1), t1 = _mm512_unpackhi_epi32(v0, v1);
+    __m512i t2 = _mm512_unpacklo_epi32(v2, v3), t3 = _mm512_unpackhi_epi32(v2, v3);
+    /* rows[i] 128-bit lane j: output 4 j + i's 16 bytes */
+    uint8_t rows[4][64] __attribute__((aligned(64)));
+    _mm512_store_si512(rows[0], _mm512_unpacklo_epi64(t0, t2));
+    _mm512_store_si512(rows[1], _mm512_unpackhi_epi64(t0, t2));
+    _mm512_store_si512(rows[2], _mm512_unpacklo_epi64(t1, t3));
+    _mm512_store_si512(rows[3], _mm512_unpackhi_epi64(t1, t3));
+    const __m512i low4 = _mm512_set1_epi32(0x0f);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *bytes = rows[r & 3] + (r >> 2) * 16;
+        __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)bytes));
+        __m512 s = _mm512_set1_ps(s32[g * 16 + r]), m = _mm512_set1_ps(m32[g * 16 + r]);
+        __m512 lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, low4)), s, m);
+        __m512 hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), s, m);
+        _mm512_store_si512(a + r * 32, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
 TA static inline void dequant_int8(const int8_t *q, int in, int n0, int nr, int g, uint16_t *a) {
     int left = in - g * GROUP;
     __mmask32 m = left >= GROUP ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
@@ -200,7 +229,13 @@ TA static inline void copy_bf16(const uint16_t *w, int in, int n0, int nr, int g
                            _mm512_maskz_loadu_epi16(m, w + (int64_t)(n0 + r) * in + g * GROUP));
 }
 
-enum weight_kind { W_INT4, W_INT8, W_BF16 };
+enum weight_kind { W_INT4, W_INT8, W_BF16, W_PANELS4 };
+
+/* the rows block_scales converts for nr outputs: panels' scales lie [groups][16] a panel, so
+ * whole panels (a panel's outputs past the weight's are zeros) */
+static inline int scaled_rows(enum weight_kind kind, int nr) {
+    return kind == W_PANELS4 ? (nr + 15) / 16 * 16 : nr;
+}
 
 /* the weight tile of rows n0 .. n0 + nr - 1, group g: a bf16 weight's own rows where a whole
  * tile lies in it (*stride = its row bytes), else buf (64 bytes a row) dequantized or copied */
@@ -213,6 +248,8 @@ TA static inline const void *a_tile(enum weight_kind kind, const void *q, const 
         return (const uint16_t *)q + (int64_t)n0 * in + g * GROUP;
     }
     if (kind == W_INT4) dequant_int4((const uint8_t *)q, s32, m32, groups, n0, nr, g, buf);
+    else if (kind == W_PANELS4)
+        dequant_panels4((const uint8_t *)q, s32, m32, groups, n0, nr, g, buf);
     else if (kind == W_INT8) dequant_int8((const int8_t *)q, in, n0, nr, g, buf);
     else copy_bf16((const uint16_t *)q, in, n0, nr, g, buf);
     return buf;
@@ -236,7 +273,9 @@ TA static void pairs(int T, int in, enum weight_kind kind, const void *q, const 
     for (int p = 0; p < npairs; p++) {
         int n0 = p * 32, na = out - n0 < 16 ? out - n0 : 16, nb = out - n0 - 16;
         nb = nb > 16 ? 16 : nb;  /* <= 0: no second block */
-        if (kind == W_INT4) block_scales(scale, mn, groups, n0, na + (nb > 0 ? nb : 0), s32, m32);
+        if (kind == W_INT4 || kind == W_PANELS4)
+            block_scales(scale, mn, groups, n0, scaled_rows(kind, na + (nb > 0 ? nb : 0)), s32,
+                         m32);
         const char *ahead = (const char *)q + (int64_t)(n0 + 32) * row_bytes;
         int64_t ahead_step = p + 1 < npairs ? 32 * row_bytes / groups : 0;
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
@@ -280,11 +319,14 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
                   const void *residual, int threads) {
     if (!wo_has_amx()) return -1;
     int groups = (in + GROUP - 1) / GROUP, tiles = (T + 15) / 16, blocks = (out + 15) / 16;
-    int64_t row_bytes = kind == W_INT4 ? (int64_t)groups * 16 : kind == W_INT8 ? in : 2 * in;
+    /* panels: 16 outputs of groups * 256 bytes, so ahead (below) is the next panels' bytes */
+    int64_t row_bytes = kind == W_INT4 || kind == W_PANELS4 ? (int64_t)groups * 16
+                        : kind == W_INT8 ? in : 2 * in;
     uint16_t *xb = aligned_alloc(64, (size_t)groups * tiles * BTILE_ELEMS * 2);
     /* int4: each thread's copy of its block's scales and mins in fp32 (block_scales) */
-    float *sm = kind == W_INT4 ? malloc(sizeof(float) * 64 * groups * threads) : NULL;
-    if (xb == NULL || (kind == W_INT4 && sm == NULL)) {
+    int scaled = kind == W_INT4 || kind == W_PANELS4;
+    float *sm = scaled ? malloc(sizeof(float) * 64 * groups * threads) : NULL;
+    if (xb == NULL || (scaled && sm == NULL)) {
         free(xb);
         free(sm);
         return -1;
@@ -308,7 +350,8 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
 #pragma omp for schedule(static)
             for (int blk = 0; blk < blocks; blk++) {
                 int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
-                if (kind == W_INT4) block_scales(scale, mn, groups, n0, nr, s32, m32);
+                if (kind == W_INT4 || kind == W_PANELS4)
+                    block_scales(scale, mn, groups, n0, scaled_rows(kind, nr), s32, m32);
                 /* the block AHEAD blocks on: 16 rows of row_bytes, a 1 / groups slice per group */
                 const char *ahead = (const char *)q + (int64_t)(n0 + 16 * AHEAD) * row_bytes;
                 int64_t ahead_step = blk + AHEAD < blocks ? 16 * row_bytes / groups : 0;
@@ -375,6 +418,12 @@ int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16
     return run(x, T, in, W_INT4, q, scale, mn, out, y, y_bf16, residual, threads);
 }
 
+int wo_amx_int4_panels(const uint16_t *x, int T, int in, const uint8_t *q,
+                       const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                       const void *residual, int threads) {
+    return run(x, T, in, W_PANELS4, q, scale, mn, out, y, y_bf16, residual, threads);
+}
+
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
                 void *y, int y_bf16, const void *residual, int threads) {
     return run(x, T, in, W_INT8, q, scale, NULL, out, y, y_bf16, residual, threads);
@@ -389,6 +438,11 @@ int wo_has_amx(void) { return 0; }
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                 const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
                 int threads) {
+    return -1;
+}
+int wo_amx_int4_panels(const uint16_t *x, int T, int in, const uint8_t *q,
+                       const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
+                       const void *residual, int threads) {
     return -1;
 }
 int wo_amx_int8(const uint16_t *x, int T, int in, const int8_t *q, const float *scale, int out,
