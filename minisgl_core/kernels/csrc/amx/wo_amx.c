@@ -52,13 +52,17 @@ int wo_has_amx(void) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24)))
         return has;
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")) return has;
+    /* every CPU with AMX so far has AVX512-VBMI (the panels' table lookup) too */
+    if (!__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw")
+        || !__builtin_cpu_supports("avx512vbmi"))
+        return has;
     if (!cpu_feature_allowed("amx")) return has;
     has = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     return has;
 }
 
-#define TA __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,f16c,fma")))
+#define TA __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16," \
+                                 "avx512vbmi,f16c,fma")))
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -152,7 +156,10 @@ TA static inline void dequant_int4(const uint8_t *q, const float *s32, const flo
 }
 
 /* The same from int4 panels: q [panels][groups][4][16][4], s32 / m32 [panel][groups][16]
- * (block_scales of whole panels); rows n0 .. n0 + nr - 1 lie in one panel (n0 a multiple of 16) */
+ * (block_scales of whole panels); rows n0 .. n0 + nr - 1 lie in one panel (n0 a multiple of 16).
+ * A row's 16 possible weights (nib * scale + min in fp32, rounded once: the values above) are a
+ * table, and one vpermw looks its 32 nibbles up: fewer vector ops a row than converting each
+ * nibble (5 against 9), for the same bits. */
 TA static inline void dequant_panels4(const uint8_t *q, const float *s32, const float *m32,
                                       int groups, int n0, int nr, int g, uint16_t *a) {
     const uint8_t *src = q + ((int64_t)(n0 / 16) * groups + g) * 256;
@@ -160,20 +167,30 @@ TA static inline void dequant_panels4(const uint8_t *q, const float *s32, const 
     __m512i v2 = _mm512_loadu_si512(src + 128), v3 = _mm512_loadu_si512(src + 192);
     __m512i t0 = _mm512_unpacklo_epi32(v0, v1), t1 = _mm512_unpackhi_epi32(v0, v1);
     __m512i t2 = _mm512_unpacklo_epi32(v2, v3), t3 = _mm512_unpackhi_epi32(v2, v3);
-    /* rows[i] 128-bit lane j: output 4 j + i's 16 bytes */
-    uint8_t rows[4][64] __attribute__((aligned(64)));
-    _mm512_store_si512(rows[0], _mm512_unpacklo_epi64(t0, t2));
-    _mm512_store_si512(rows[1], _mm512_unpackhi_epi64(t0, t2));
-    _mm512_store_si512(rows[2], _mm512_unpacklo_epi64(t1, t3));
-    _mm512_store_si512(rows[3], _mm512_unpackhi_epi64(t1, t3));
-    const __m512i low4 = _mm512_set1_epi32(0x0f);
+    /* u[i] 128-bit lane j: output 4 j + i's 16 bytes, then their low and high nibbles */
+    __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                    _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512i lo[4], hi[4];
+    for (int i = 0; i < 4; i++) {
+        lo[i] = _mm512_and_si512(u[i], low4);
+        hi[i] = _mm512_and_si512(_mm512_srli_epi16(u[i], 4), low4);
+    }
+    /* the lookup's indices for lane j: word w < 16 is byte 16 j + w of lo, word 16 + w byte
+     * 16 j + w of hi (vpermt2b's second table, index bit 6); the words' high bytes zeroed */
+    const __mmask64 even = 0x5555555555555555ull;
+    const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i lane0 = _mm512_set_epi16(79, 78, 77, 76, 75, 74, 73, 72, 71, 70, 69, 68, 67,
+                                           66, 65, 64, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4,
+                                           3, 2, 1, 0);
+    __m512i pick[4];
+    for (int j = 0; j < 4; j++) pick[j] = _mm512_add_epi16(lane0, _mm512_set1_epi16(16 * j));
     for (int r = 0; r < nr; r++) {
-        const uint8_t *bytes = rows[r & 3] + (r >> 2) * 16;
-        __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)bytes));
-        __m512 s = _mm512_set1_ps(s32[g * 16 + r]), m = _mm512_set1_ps(m32[g * 16 + r]);
-        __m512 lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, low4)), s, m);
-        __m512 hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), s, m);
-        _mm512_store_si512(a + r * 32, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        __m512i idx = _mm512_maskz_permutex2var_epi8(even, lo[r & 3], pick[r >> 2], hi[r & 3]);
+        __m512 w = _mm512_fmadd_ps(iota, _mm512_set1_ps(s32[g * 16 + r]),
+                                   _mm512_set1_ps(m32[g * 16 + r]));
+        __m512i table = _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(w));
+        _mm512_store_si512(a + r * 32, _mm512_permutexvar_epi16(idx, table));
     }
 }
 
