@@ -15,8 +15,8 @@ from minisgl_core.kernels.matmul.base import BUCKETS, Kernel
 # rows, and at Qwen3-1.7B's shapes timing it at 512 rows took about a second of the choice's
 # budget. A kernel that dequantizes the weight for a GEMM pays that per call: its time hardly
 # moves from 8 to 32 rows (1.1-1.2 ms at Qwen3-1.7B's gate|up, 3.0-3.4x AMX's there) and is
-# 1.8 ms at 128, not the 4.4 the rows' ratio gave, which made the row layout win that layer
-# in about half the choices, 2.4x slower than the panels at one row.
+# 1.8 ms at 128, not the 4.4 the rows' ratio gave it in about half the choices; in some of those
+# the row layout won that layer, 2.4x slower than the panels at one row.
 SKIP_RATIO = 3.0
 # "grew with the rows": by at least this share of the rows' ratio between the two buckets below
 GROWTH_SHARE = 0.5
