@@ -50,7 +50,7 @@ class Ceilings:
 class ModelCost:
     """What one decode token costs a model: weight bytes read (batch 1) and matmul ops."""
 
-    weight_bytes: int  # of every matmul weight, as stored (int4, int8, bf16 or fp32)
+    weight_bytes: int  # of every matmul weight, as stored (int4, int8, bf16 or fp32), no copy
     fp32_params: int  # matmul parameters run in fp32
     int8_params: int  # matmul parameters run in int8
 
@@ -74,7 +74,7 @@ def model_cost(model: Any) -> ModelCost:
     fp32 = int8 = 0
     for lin in linears:
         params = lin.in_features * lin.out_features
-        size += lin.nbytes()
+        size += lin.stored_nbytes()  # without a copy for many rows (matmul/wo_copy.py)
         if lin.kernels[0].quantized == "int8":  # weight-only kernels compute in fp32
             int8 += params
         else:

@@ -11,8 +11,9 @@ torch's dispatch). The profiler costs about the same for every op it records, so
 step's time beyond the unprofiled one comes out of each group by its number of events (and of
 python/dispatch by its calls): the parts add up to the step, and are estimates within that
 cost (a microsecond or two an op on a 2-core Zen 4). The weight-bytes time is the packed
-matmul weights (``ceilings.model_cost``) over the read bandwidth measured in the same run; the
-matmul group's time beyond it is what the kernels spend on anything but streaming weights.
+matmul weights as stored (``ceilings.model_cost``; a copy kept for many rows left out) over
+the read bandwidth measured in the same run; the matmul group's time beyond it is what the
+kernels spend on anything but streaming weights.
 """
 
 from __future__ import annotations

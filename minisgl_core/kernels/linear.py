@@ -84,5 +84,12 @@ class Linear:
 
     def nbytes(self) -> int:
         """Memory held by the weight (and bias)."""
-        n = self.kernels[0].nbytes(self.weight)
-        return n + (0 if self.bias is None else self.bias.numel() * self.bias.element_size())
+        return self.kernels[0].nbytes(self.weight) + self._bias_nbytes()
+
+    def stored_nbytes(self) -> int:
+        """Bytes of the weight in its stored format (and bias): what a one-row step reads, a
+        copy of the weight kept for many rows left out."""
+        return self.kernels[0].stored_nbytes(self.weight) + self._bias_nbytes()
+
+    def _bias_nbytes(self) -> int:
+        return 0 if self.bias is None else self.bias.numel() * self.bias.element_size()

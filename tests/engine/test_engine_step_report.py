@@ -50,8 +50,8 @@ def test_parts_add_up_to_the_step(reports: list[dict[str, Any]]) -> None:
 
 def test_weight_bytes_are_the_engines_packed_weights(engine: Engine,
                                                       reports: list[dict[str, Any]]) -> None:
-    packed = sum(getattr(layer, n).nbytes() for layer in engine.model.layers
-                 for n in ("qkv", "o", "gate_up", "down")) + engine.model.lm_head.nbytes()
+    packed = sum(getattr(layer, n).stored_nbytes() for layer in engine.model.layers
+                 for n in ("qkv", "o", "gate_up", "down")) + engine.model.lm_head.stored_nbytes()
     assert packed == model_cost(engine.model).weight_bytes
     for r in reports:
         assert r["weight_bytes"] == packed

@@ -80,6 +80,11 @@ class Kernel:
         """Memory held by the packed weight."""
         return int(packed.numel() * packed.element_size())
 
+    def stored_nbytes(self, packed: Any) -> int:
+        """Bytes of the weight in its stored format, what a one-row step reads (a copy kept
+        beside it for many rows left out)."""
+        return self.nbytes(packed)
+
 
 
 

@@ -89,6 +89,9 @@ class CopyKernel(Kernel):
         dense = packed.dense.numel() * packed.dense.element_size()
         return self.panels.nbytes(packed.panels) + int(dense)
 
+    def stored_nbytes(self, packed: PanelsCopy) -> int:
+        return self.panels.nbytes(packed.panels)
+
 
 class CopyPanels(CopyKernel):
     """The panels of the layout (``int4-panels``, for few rows)."""
