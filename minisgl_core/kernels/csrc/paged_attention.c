@@ -12,7 +12,9 @@
  * attention read); here each is read once, straight from its page. Work is split over the
  * (sequence, KV head) pairs with OpenMP; each pair scores its keys for all G query heads in one
  * pass over K, then sums V in one pass. isa: 0 plain C, 1 AVX2+FMA, 2 AVX-512 (the same loops,
- * vectorized by the compiler for each).
+ * vectorized by the compiler for each; on AVX-512, for head sizes 64, 128 and 256, the two
+ * passes are the intrinsics of score_fn and sum_fn: 16 keys' dot products reduced at once, and
+ * the sums of 4 query heads kept in registers).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 /* sums may be reordered (vectorized), as -ffast-math would, but infinities stay meaningful:
