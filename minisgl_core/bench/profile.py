@@ -69,6 +69,12 @@ GROUPS: dict[str, frozenset[str]] = {
 }
 OTHER, PYTHON = "other ops", "python/dispatch"
 GROUP_OF = {op: group for group, ops in GROUPS.items() for op in ops}
+# A compiled step's ops run under the graph's wrappers (events of these names): an op inside
+# counts for its own group, and the wrappers' own time is the code inductor generated (the norms,
+# rotary, SiLU x up, residual adds and K/V store fused into loops) and the graph's guards
+COMPILED = "compiled graph (fused ops, guards)"
+WRAPPERS = ("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDynamo Cache Lookup",
+            "AOTDispatcher", "Pregraph bytecode")
 
 
 @contextlib.contextmanager
@@ -97,26 +103,28 @@ def _labelled() -> Iterator[None]:
 
 
 def _root(event: Any) -> Any:
-    """The op at the top of ``event``'s call tree (itself when it has no parent)."""
-    while event.cpu_parent is not None:
-        event = event.cpu_parent
-    return event
+    """The op whose group ``event``'s time counts for: the top of its call tree, or inside a
+    compiled graph the top op under the graph's wrappers (``event`` itself when it is one)."""
+    chain = [event]
+    while chain[-1].cpu_parent is not None:
+        chain.append(chain[-1].cpu_parent)
+    return next((e for e in reversed(chain) if not e.name.startswith(WRAPPERS)), event)
 
 
 def split_ops(events: Any, steps: int
               ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Per step: milliseconds by group, events by group (the top-level ones as ``PYTHON``: a
     call from Python each), and milliseconds by top-level op name for the ops in no group."""
-    groups = dict.fromkeys([*GROUPS, OTHER], 0.0)
-    counts = dict.fromkeys([*GROUPS, OTHER, PYTHON], 0.0)
+    groups = dict.fromkeys([*GROUPS, COMPILED, OTHER], 0.0)
+    counts = dict.fromkeys([*GROUPS, COMPILED, OTHER, PYTHON], 0.0)
     others: dict[str, float] = {}
     for e in events:
         ms = e.self_cpu_time_total / 1e3 / steps
         root = _root(e)
-        group = GROUP_OF.get(root.name, OTHER)
+        group = COMPILED if root.name.startswith(WRAPPERS) else GROUP_OF.get(root.name, OTHER)
         groups[group] += ms
         counts[group] += 1 / steps
-        if root is e:
+        if e.cpu_parent is None:  # called from Python
             counts[PYTHON] += 1 / steps
         if group == OTHER:
             others[root.name] = others.get(root.name, 0.0) + ms

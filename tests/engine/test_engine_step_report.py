@@ -5,6 +5,7 @@ weight bytes are the engine's packed matmul weights, the ops land in the named g
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,13 @@ import torch
 from minisgl_core.bench import engine_vs_hf as bench
 from minisgl_core.bench.ceilings import model_cost
 from minisgl_core.bench.profile import (
+    COMPILED,
     GROUPS,
     OTHER,
     PYTHON,
     format_profile,
     profile_decode,
+    split_ops,
     unprofiled,
 )
 from minisgl_core.engine.engine import Engine
@@ -45,7 +48,7 @@ def test_parts_add_up_to_the_step(reports: list[dict[str, Any]]) -> None:
         names = list(r["parts"])
         assert names[:2] == ["weight bytes", "matmul beyond weight bytes"]
         assert names[-1] == PYTHON
-        assert set(names[2:-1]) == (set(GROUPS) - {"matmul"}) | {OTHER}
+        assert set(names[2:-1]) == (set(GROUPS) - {"matmul"}) | {COMPILED, OTHER}
 
 
 def test_weight_bytes_are_the_engines_packed_weights(engine: Engine,
@@ -85,6 +88,32 @@ def test_the_table_has_a_row_per_part_and_a_column_per_batch(
     step_cells = rows[-1].strip("| ").split(" | ")[1:]
     assert [float(c.strip("*")) for c in step_cells] == pytest.approx(
         [r["step_ms"] for r in reports], abs=0.006)
+
+
+@dataclass
+class _Event:  # what split_ops reads of a profiler event
+    name: str
+    self_cpu_time_total: float  # us
+    cpu_parent: _Event | None = None
+
+
+def test_a_compiled_steps_ops_count_for_their_groups_and_its_fused_code_apart() -> None:
+    region = _Event("Torch-Compiled Region: 0/1", 100.0)
+    graph = _Event("## Call CompiledFxGraph f3gu4lq ##", 3000.0, region)
+    linear = _Event("minisgl::native_linear", 10000.0, graph)
+    events = [region, graph, linear, _Event("aten::empty", 10.0, linear),
+              _Event("minisgl::native_decode_attention", 5000.0, graph),
+              _Event("TorchDynamo Cache Lookup", 400.0),
+              _Event("minisgl::native_linear", 1700.0),  # the LM head, outside the graph
+              _Event("minisgl::sample", 300.0), _Event("aten::flatten", 20.0)]
+    groups, counts, others = split_ops(events, steps=2)
+    assert groups["matmul"] == pytest.approx((10000 + 10 + 1700) / 2e3)
+    assert groups["attention"] == pytest.approx(2.5)
+    assert groups[COMPILED] == pytest.approx((100 + 3000 + 400) / 2e3)  # wrappers and guards
+    assert groups["sampling"] == pytest.approx(0.15)
+    assert others == {"aten::flatten": pytest.approx(0.01)}
+    assert counts[PYTHON] == pytest.approx(5 / 2)  # the events with no parent
+    assert counts["matmul"] == pytest.approx(3 / 2)
 
 
 def test_the_profilers_cost_comes_out_of_each_group_by_its_events() -> None:
