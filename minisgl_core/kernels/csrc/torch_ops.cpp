@@ -59,6 +59,7 @@ Kind kind_of(const std::string &name) {
         {"int4-panels-dequant", Kind::Int4PanelsDequant},
         {"int4-panels-amx", Kind::Int4PanelsAmx},
         {"int4-copy-panels", Kind::Int4Panels},  // the panels' tensors come first
+        {"int4-copy-panels-amx", Kind::Int4PanelsAmx},
         {"int4-copy-amx", Kind::CopyAmx},        {"int4-copy-dense", Kind::CopyDense}};
     auto it = kinds.find(name);
     TORCH_CHECK(it != kinds.end(), "minisgl: no native kernel named ", name);
@@ -164,7 +165,7 @@ at::Tensor amx(const Entry &e, const at::Tensor &x_in, const std::optional<at::T
     int done = copy || e.weight.size() == 1
         ? wo_amx_bf16(xp, rows, in, reinterpret_cast<const uint16_t *>(q.data_ptr()), out,
                       y.data_ptr(), 1, res, threads)
-        : e.weight.size() == 3
+        : panels || e.weight.size() == 3  // the panels' tensors first, with a copy or without
         ? (panels ? wo_amx_int4_panels : wo_amx_int4)(xp, rows, in, q.data_ptr<uint8_t>(),
                       reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr()),
                       reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr()), out,

@@ -48,14 +48,16 @@ BIG = 3e8  # multiply-adds (rows x out x in) above which one timed run is enough
 # there, and the ranking of kernels does not change. So the whole choice fits its budget at any
 # model size: untrimmed, Qwen3-1.7B's five shapes ran past it at every start.
 MAX_WEIGHTS = 8192 * 576
-# Up to COLD_ROWS rows a matmul is bound by reading its weight, which a decode step streams from
-# memory (the model is far larger than any cache). Timed with a weight left in cache by the
-# previous run, a kernel that computes fast but streams slowly would win: so those runs read
-# COLD_BYTES of something else first (more than a server's L3).
-COLD_ROWS = 16
-METHOD = 7  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
+# The decode buckets (up to COLD_ROWS rows) stream each weight from memory once a step (the
+# model is far larger than any cache). Timed with a weight left in cache by the previous run, a
+# kernel that computes fast but streams slowly would win (the default model's bf16 copy at 32
+# rows, 1.17x slower than the int4 panels on AMX from memory): so those runs read COLD_BYTES of
+# something else first (more than a server's L2, and pushing the weight down the L3).
+COLD_ROWS = 32
+METHOD = 8  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
 # timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS; 6: a kernel far behind not
-# timed at the prefill buckets; 7: unless its time stayed flat below) invalidates old choices
+# timed at the prefill buckets; 7: unless its time stayed flat below; 8: 32 rows timed cold)
+# invalidates old choices
 COLD_BYTES = 64 << 20
 FIRST_PREFILL_BUCKET = 3
 

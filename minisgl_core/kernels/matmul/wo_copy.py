@@ -30,6 +30,7 @@ from minisgl_core.kernels.matmul.wo_panels import (
     from_panels,
     to_panels,
 )
+from minisgl_core.kernels.matmul.wo_panels_amx import WeightOnlyPanelsAmx
 
 # the copies of all layers together may take this share of the host's memory: 1.5 GiB of a
 # 24 GiB host (the default model's bf16 copy is 0.2 GB; a 1.7B model's would be 2.8 GB, where
@@ -109,6 +110,28 @@ class CopyPanels(CopyKernel):
         return self.panels.run(packed.panels, x, bias, residual)
 
 
+class CopyPanelsAmx(CopyKernel):
+    """The panels of the layout on AMX (``int4-panels-amx``): a decode batch of 32 streams a
+    quarter of the copy's bytes, which on a host short of bandwidth beats the copy's GEMM."""
+
+    def __init__(self) -> None:
+        super().__init__("int4-copy-panels-amx")
+        self.amx = WeightOnlyPanelsAmx()
+
+    def available(self, device: torch.device, dtype: torch.dtype) -> bool:
+        return self.amx.available(device, dtype)
+
+    def same_as(self, rows: int) -> str | None:
+        return self.amx.name  # the very kernel on the very bytes: timed once, as that one
+
+    def serves(self, rows: int) -> bool:
+        return self.amx.serves(rows)
+
+    def run(self, packed: PanelsCopy, x: torch.Tensor, bias: torch.Tensor | None,
+            residual: torch.Tensor | None) -> torch.Tensor:
+        return self.amx.run(packed.panels, x, bias, residual)
+
+
 class CopyGemm(CopyKernel):
     """A dense kernel (``amx-hf`` or ``dense-hf``) on the copy, inputs not rounded, from 17 rows
     (below, the panels read a quarter of the bytes)."""
@@ -130,4 +153,4 @@ class CopyGemm(CopyKernel):
 
 def copy_kernels() -> list[CopyKernel]:
     """The layout's kernels, in tie-break order (the panels first: they keep the fewest bytes)."""
-    return [CopyPanels(), CopyGemm(AmxHF()), CopyGemm(DenseHF())]
+    return [CopyPanels(), CopyPanelsAmx(), CopyGemm(AmxHF()), CopyGemm(DenseHF())]
