@@ -1,13 +1,14 @@
 """This host's ceilings, measured in the benchmark's own run, and a model's roofline from them.
 
-Three rates, each the best of repeated runs over ``seconds`` with the benchmark's torch threads:
-memory read bandwidth (``sum`` over a 256 MiB fp32 tensor, far larger than any cache), fp32 GEMM
-rate (``torch.mm`` of 1024 x 1024 matrices) and int8 GEMM rate (the faster of the int8
-kernels, kernels/matmul/w8a8.py, on 1024 rows of a 1024 x 1024 layer, counting 2 ops per
+Four rates, each the best of repeated runs over ``seconds`` with the benchmark's torch threads:
+memory read bandwidth (``sum`` over a 256 MiB fp32 tensor, far larger than any cache), fp32 and
+bf16 GEMM rates (``torch.mm`` of 1024 x 1024 matrices) and int8 GEMM rate (the faster of the
+int8 kernels, kernels/matmul/w8a8.py, on 1024 rows of a 1024 x 1024 layer, counting 2 ops per
 multiply-add). A model's decode ceiling at batch b is the roofline ``min(b x bandwidth / weight
 bytes, rate / (2 x params))``: batch 1 reads every weight once per token; large batches do 2
-FLOP per parameter per token. KV-cache reads and attention FLOPs are left out (small at these
-lengths).
+FLOP per parameter per token, at the faster of the fp32 and bf16 rates (an engine may run its
+weights in either: weight-only int4 on AMX multiplies in bf16) or the int8 rate for W8A8
+layers. KV-cache reads and attention FLOPs are left out (small at these lengths).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ class Ceilings:
     read_gb_s: float
     fp32_gflop_s: float
     int8_gop_s: float  # 0 when no int8 kernel works here
+    bf16_gflop_s: float = 0.0  # 0 when not measured
+
+    @property
+    def float_gflop_s(self) -> float:
+        """The faster floating-point GEMM rate: fp32's, or bf16's where that is faster."""
+        return max(self.fp32_gflop_s, self.bf16_gflop_s)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,8 +49,8 @@ class Ceilings:
         """One line for a report."""
         int8 = f"{self.int8_gop_s:.0f} GOP/s" if self.int8_gop_s else "n/a"
         return (f"host ceilings ({self.threads} threads, measured in this run): memory read "
-                f"{self.read_gb_s:.1f} GB/s, fp32 GEMM {self.fp32_gflop_s:.0f} GFLOP/s, int8 "
-                f"GEMM {int8}")
+                f"{self.read_gb_s:.1f} GB/s, fp32 GEMM {self.fp32_gflop_s:.0f} GFLOP/s, bf16 "
+                f"GEMM {self.bf16_gflop_s:.0f} GFLOP/s, int8 GEMM {int8}")
 
 
 @dataclass(frozen=True)
@@ -51,13 +58,13 @@ class ModelCost:
     """What one decode token costs a model: weight bytes read (batch 1) and matmul ops."""
 
     weight_bytes: int  # of every matmul weight, as stored (int4, int8, bf16 or fp32), no copy
-    fp32_params: int  # matmul parameters run in fp32
+    fp32_params: int  # matmul parameters run in floating point (fp32 or bf16)
     int8_params: int  # matmul parameters run in int8
 
     def roofline(self, c: Ceilings, batch: int) -> tuple[float, str]:
         """(tokens/s ceiling at ``batch``, "bandwidth" or "compute")."""
         memory = batch * c.read_gb_s * 1e9 / self.weight_bytes
-        seconds = 2 * self.fp32_params / (c.fp32_gflop_s * 1e9)
+        seconds = 2 * self.fp32_params / (c.float_gflop_s * 1e9)
         if self.int8_params:
             seconds += 2 * self.int8_params / (c.int8_gop_s * 1e9) if c.int8_gop_s else 0.0
         compute = 1 / seconds
@@ -97,7 +104,7 @@ def _best_rate(work: float, fn: Callable[[], object], seconds: float) -> float:
 
 
 def measure(seconds: float = 1.5) -> Ceilings:
-    """Measure the three rates with torch's current thread count (about 3 x ``seconds``)."""
+    """Measure the four rates with torch's current thread count (about 4 x ``seconds``)."""
     import torch
 
     from minisgl_core.kernels.matmul.w8a8 import int8_kernels
@@ -108,6 +115,8 @@ def measure(seconds: float = 1.5) -> Ceilings:
         n = 1024
         a, b = torch.randn(n, n), torch.randn(n, n)
         fp32 = _best_rate(2 * n ** 3, lambda: torch.mm(a, b), seconds) / 1e9
+        ah, bh = a.bfloat16(), b.bfloat16()
+        bf16 = _best_rate(2 * n ** 3, lambda: torch.mm(ah, bh), seconds) / 1e9
         int8 = 0.0
         cpu = torch.device("cpu")
         kernels = [k for k in int8_kernels() if k.available(cpu, torch.float32)]
@@ -115,7 +124,7 @@ def measure(seconds: float = 1.5) -> Ceilings:
             packed = k.pack(b)
             int8 = max(int8, _best_rate(2 * n ** 3, lambda k=k, p=packed: k.run(p, a, None, None),
                                         seconds / len(kernels)) / 1e9)
-    return Ceilings(torch.get_num_threads(), read, fp32, int8)
+    return Ceilings(torch.get_num_threads(), read, fp32, int8, bf16)
 
 
 def layer_matmuls(model_dir: str) -> tuple[ModelConfig, dict[str, tuple[int, int]]]:

@@ -90,8 +90,9 @@ def _ceiling_line(host: dict[str, Any]) -> str:
              **host.get("rooflines", {})}
     text = "; ".join(f"{scheme} {levels(roof)}" for scheme, roof in roofs.items())
     return (f"Host ceilings, measured in this run with {host['threads']} threads: memory read "
-            f"{host['read_gb_s']:.1f} GB/s, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, int8 "
-            f"GEMM {host['int8_gop_s']:.0f} GOP/s; the model's roofline by weight format and "
+            f"{host['read_gb_s']:.1f} GB/s, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, "
+            f"bf16 GEMM {host.get('bf16_gflop_s', 0.0):.0f} GFLOP/s, int8 GEMM "
+            f"{host['int8_gop_s']:.0f} GOP/s; the model's roofline by weight format and "
             f"level (a GGUF's from the bytes its matrices are stored in; bf16 rows have none): "
             f"{text}.")
 

@@ -62,6 +62,11 @@ def test_roofline_is_bandwidth_at_batch_1_and_compute_when_large() -> None:
     mixed = ModelCost(weight_bytes=1_000_000_000, fp32_params=500_000_000,
                       int8_params=500_000_000)
     assert mixed.roofline(host, 8) == (pytest.approx(0.8), "compute")
+    # where bf16 GEMMs are faster (AMX), the floating-point layers' ceiling is theirs
+    amx = Ceilings(threads=1, read_gb_s=1.0, fp32_gflop_s=1.0, int8_gop_s=4.0, bf16_gflop_s=4.0)
+    assert fp32.roofline(amx, 4) == (pytest.approx(2.0), "bandwidth")
+    assert fp32.roofline(amx, 8) == (pytest.approx(4.0), "compute")
+    assert "bf16 GEMM 4 GFLOP/s" in amx.line()
 
 
 def test_offline_benchmark_runs_each_dtype_and_says_what_auto_chose(
