@@ -162,7 +162,8 @@ T512 static inline __m512 widen_bf16(const uint16_t *p) {
 
 T512 static inline __m512 dot_widened(const float *q, const uint16_t *k, int D) {
     __m512 a = _mm512_mul_ps(_mm512_loadu_ps(q), widen_bf16(k));
-    for (int i = 16; i < D; i += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), widen_bf16(k + i), a);
+    for (int i = 16; i < D; i += 16)
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), widen_bf16(k + i), a);
     return a;
 }
 
@@ -176,7 +177,7 @@ T512BF static inline __m512 dot_bf16(const uint16_t *q, const uint16_t *k, int D
 
 /* A scorer for head size DD: blocks of 16 keys, each key's sums for every query head of the
  * pair, reduced 16 at a time (sum16); the next block's rows fetched meanwhile. A masked key
- * reads row 0 (its slot may be padding) and scores -inf. */
+ * reads row 0 (its slot may be padding: never followed) and scores -inf. */
 #define SCORER(target, name, DD, ELEM, DOT, QROW)                                              \
     target static void name(const void *qraw, const float *qf, const void *k_cache,           \
                             const int64_t *slots, const uint8_t *ok, int L, int Hkv, int h,    \
@@ -190,7 +191,7 @@ T512BF static inline __m512 dot_bf16(const uint16_t *q, const uint16_t *k, int D
             for (int j = 0; j < 16; j++) {                                                     \
                 int l = l0 + j;                                                                \
                 rows[j] = kc + ((ok && !ok[l]) ? 0 : slots[l] * Hkv + h) * D;                  \
-                if (l + 16 < L)                                                                \
+                if (l + 16 < L && !(ok && !ok[l + 16]))                                        \
                     prefetch_row(kc + (slots[l + 16] * Hkv + h) * D, D, sizeof(ELEM) == 2, 0); \
             }                                                                                  \
             for (int g = 0; g < G; g++) {                                                      \
@@ -233,7 +234,7 @@ SCORERS(256)
                 for (int i = 0; i < 4; i++)                                                    \
                     for (int k = 0; k < 4; k++) a[i][k] = _mm512_setzero_ps();                 \
                 for (int l = 0; l < L; l++) {                                                  \
-                    if (l + 16 < L && c == 0 && g0 == 0)                                       \
+                    if (l + 16 < L && c == 0 && g0 == 0 && !(ok && !ok[l + 16]))               \
                         prefetch_row(vc + (slots[l + 16] * Hkv + h) * D, D,                    \
                                      sizeof(ELEM) == 2, 0);                                    \
                     if (ok && !ok[l]) continue;                                                \
@@ -386,13 +387,13 @@ typedef void (*decode_fn)(ARGS, int kv_int8);
         (void)D;                                                                               \
         {                                                                                      \
             const int D = size, G_FIXED = group;                                               \
-            BODY(scorer_##isa(size, bf16), summer_##isa(size, bf16))                                                     \
+            BODY(scorer_##isa(size, bf16), summer_##isa(size, bf16))                           \
         }                                                                                      \
     }
 #define ALL_SHAPES(target, isa)                                                                \
     target static void decode_##isa(ARGS, int kv_int8) {                                       \
         const int G_FIXED = 0;                                                                 \
-        BODY(NULL, NULL)                                                                             \
+        BODY(NULL, NULL)                                                                       \
     }                                                                                          \
     SHAPED(target, decode_##isa##_64, 64, 0, isa)                                              \
     SHAPED(target, decode_##isa##_64_3, 64, 3, isa)                                            \
