@@ -35,7 +35,7 @@ class Ceilings:
     read_gb_s: float
     fp32_gflop_s: float
     int8_gop_s: float  # 0 when no int8 kernel works here
-    bf16_gflop_s: float = 0.0  # 0 when not measured
+    bf16_gflop_s: float = 0.0  # 0 when not measured (bf16 emulated here)
 
     @property
     def float_gflop_s(self) -> float:
@@ -107,6 +107,7 @@ def measure(seconds: float = 1.5) -> Ceilings:
     """Measure the four rates with torch's current thread count (about 4 x ``seconds``)."""
     import torch
 
+    from minisgl_core.kernels import bf16_fast
     from minisgl_core.kernels.matmul.w8a8 import int8_kernels
 
     with torch.inference_mode():
@@ -115,8 +116,10 @@ def measure(seconds: float = 1.5) -> Ceilings:
         n = 1024
         a, b = torch.randn(n, n), torch.randn(n, n)
         fp32 = _best_rate(2 * n ** 3, lambda: torch.mm(a, b), seconds) / 1e9
-        ah, bh = a.bfloat16(), b.bfloat16()
-        bf16 = _best_rate(2 * n ** 3, lambda: torch.mm(ah, bh), seconds) / 1e9
+        bf16 = 0.0
+        if bf16_fast():  # emulated elsewhere (AVX2): hundreds of times slower, never the faster
+            ah, bh = a.bfloat16(), b.bfloat16()
+            bf16 = _best_rate(2 * n ** 3, lambda: torch.mm(ah, bh), seconds) / 1e9
         int8 = 0.0
         cpu = torch.device("cpu")
         kernels = [k for k in int8_kernels() if k.available(cpu, torch.float32)]
