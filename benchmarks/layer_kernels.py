@@ -2,10 +2,11 @@
 ones and unquantized bf16 ones alike) over every layer's q/k/v, o, gate/up and down, with
 distinct random weights per layer (so each pass reads them from memory, as a decode step does),
 at a few row counts. The kernels and row counts are interleaved in every pass, so a busy host
-slows all of them alike; the best pass of each counts. The LM head is left out.
+slows all of them alike; the best pass of each counts. ``--head``: the LM head ``[vocab,
+hidden]`` alone, in place of the layers.
 
     python benchmarks/layer_kernels.py [--kernels onednn,int4,int4-gemm] [--rows 1 8 32 64]
-                                       [--threads 2] [--repeat 5]
+                                       [--threads 2] [--repeat 5] [--head]
 """
 
 from __future__ import annotations
@@ -30,13 +31,18 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--head", action="store_true",
+                        help="The LM head [vocab, hidden] alone, in place of the layers.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     resolved = resolve(args.model)
     config, by_role = layer_matmuls(resolved.path)
+    count = config.num_layers
+    if args.head:
+        by_role, count = {"lm_head": (config.vocab_size, config.hidden_size)}, 1
     kernels = all_kernels()
     gen = torch.Generator().manual_seed(0)
-    weights = {role: [torch.randn(*shape, generator=gen) * 0.02 for _ in range(config.num_layers)]
+    weights = {role: [torch.randn(*shape, generator=gen) * 0.02 for _ in range(count)]
                for role, shape in by_role.items()}
     packed = {}
     for name in args.kernels.split(","):
@@ -60,7 +66,7 @@ def main() -> None:
                         kernels[name].run(w, inputs[n][role], None, None)
                     seconds = time.perf_counter() - start
                     best[name, n][role] = min(best[name, n][role], seconds)
-    print(f"{resolved.path}: {config.num_layers} layers of {dict(by_role)} (out, in), bf16 inputs, "
+    print(f"{resolved.path}: {count} layers of {dict(by_role)} (out, in), bf16 inputs, "
           f"{args.threads} threads, best of {args.repeat}; ms for all layers")
     print(f"| rows | kernel | total | {' | '.join(by_role)} |")
     print(f"| ---: | :--- | ---: | {' | '.join('---:' for _ in by_role)} |")

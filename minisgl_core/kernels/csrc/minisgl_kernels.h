@@ -55,6 +55,12 @@ int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
 int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const float *scale, int out, void *y, int y_bf16, const void *residual,
                    int threads);
+/* the same with each row split in two int8 rows, x rounded and what that left rounded, their
+ * products summed: inputs within max|x| / 64516 a group of 32 (finer than bf16), for twice the
+ * dot products */
+int wo_int8_panels_split(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                         const float *scale, int out, void *y, int y_bf16,
+                         const void *residual, int threads);
 
 /* int4, int8 and bf16 weights on AMX's tile multiply, bf16 inputs (wo_amx.c); 0 done, -1 not
  * on this CPU */

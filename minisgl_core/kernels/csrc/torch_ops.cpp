@@ -42,7 +42,7 @@ constexpr int64_t kTileElems = MINISGL_TILE_ELEMS;
 
 enum class Kind { Dense, DenseHF, OneDNN, AmxHF, Int8WO, Int4, Int8WOAmx, Int4Amx,
                   Int8WOGemm, Int4Gemm, Int4Panels, Int8WOPanels, Int8WODequant, Int4Dequant,
-                  Int4PanelsDequant, Int4PanelsAmx, CopyAmx, CopyDense };
+                  Int4PanelsDequant, Int4PanelsAmx, CopyAmx, CopyDense, Int8WOPanelsSplit };
 
 Kind kind_of(const std::string &name) {
     static const std::unordered_map<std::string, Kind> kinds = {
@@ -54,6 +54,7 @@ Kind kind_of(const std::string &name) {
         {"int4-amx", Kind::Int4Amx},     {"int8-wo-gemm", Kind::Int8WOGemm},
         {"int4-gemm", Kind::Int4Gemm},   {"int4-panels", Kind::Int4Panels},
         {"int8-wo-panels", Kind::Int8WOPanels},
+        {"int8-wo-panels-split", Kind::Int8WOPanelsSplit},
         {"int8-wo-dequant", Kind::Int8WODequant},
         {"int4-dequant", Kind::Int4Dequant},
         {"int4-panels-dequant", Kind::Int4PanelsDequant},
@@ -201,9 +202,9 @@ at::Tensor gemm(const Entry &e, const at::Tensor &x_in, const std::optional<at::
 }
 
 // fp32 or bf16 rows rounded to int8 against int4 or int8 weights in 16-output panels on
-// AVX512-VNNI or AVX2 (wo_panels.c, wo_panels.py's WeightOnlyPanels): y in x's dtype, a
-// residual without a bias summed in the kernel. The kernel choice offers each only where the
-// CPU runs it.
+// AVX512-VNNI or AVX2 (wo_panels.c, wo_panels.py's WeightOnlyPanels), or int8 panels against
+// rows split in two rounded parts (wo_panels_split.py): y in x's dtype, a residual without a
+// bias summed in the kernel. The kernel choice offers each only where the CPU runs it.
 at::Tensor panels(const Entry &e, const at::Tensor &x_in,
                        const std::optional<at::Tensor> &residual, Kind kind) {
     bool bf16 = x_in.scalar_type() == at::kBFloat16;
@@ -215,9 +216,10 @@ at::Tensor panels(const Entry &e, const at::Tensor &x_in,
     const uint8_t *q = e.weight[0].data_ptr<uint8_t>();
     int rows = x.size(0), in = e.in_features, out = e.out_features, threads = at::get_num_threads();
     int done;
-    if (kind == Kind::Int8WOPanels) {
-        done = wo_int8_panels(x.data_ptr(), bf16, rows, in, q, e.weight[1].data_ptr<float>(), out,
-                              y.data_ptr(), bf16, res, threads);
+    if (kind == Kind::Int8WOPanels || kind == Kind::Int8WOPanelsSplit) {
+        done = (kind == Kind::Int8WOPanels ? wo_int8_panels : wo_int8_panels_split)(
+            x.data_ptr(), bf16, rows, in, q, e.weight[1].data_ptr<float>(), out, y.data_ptr(),
+            bf16, res, threads);
     } else {
         const auto *scale = reinterpret_cast<const uint16_t *>(e.weight[1].data_ptr());
         const auto *mn = reinterpret_cast<const uint16_t *>(e.weight[2].data_ptr());
@@ -338,7 +340,8 @@ at::Tensor native_linear(const at::Tensor &x, const std::optional<at::Tensor> &r
     case Kind::Int8WOGemm:
     case Kind::Int4Gemm: return gemm(*e, x, residual);
     case Kind::Int4Panels:
-    case Kind::Int8WOPanels: return panels(*e, x, residual, e->kind[b]);
+    case Kind::Int8WOPanels:
+    case Kind::Int8WOPanelsSplit: return panels(*e, x, residual, e->kind[b]);
     case Kind::Int4PanelsDequant: return panels_dequant_mm(*e, x.contiguous(), residual);
     default: return dequant_mm(*e, x, residual);
     }

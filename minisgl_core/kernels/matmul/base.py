@@ -50,6 +50,9 @@ class Kernel:
     shares_weight = False
     # True: the inputs are rounded to int8 at the call (the panels); the LM head never takes it
     rounds_inputs = False
+    # the kernel that does this one's work on rounded inputs, where this one does not round
+    # them: offered only where that one is not (the LM head), being the slower of the two
+    unrounded_twin_of: str | None = None
     # True: the layout keeps a second copy of the weight beside the first (matmul/wo_copy.py):
     # offered only where its bytes fit, taken only where it is clearly faster
     copies = False

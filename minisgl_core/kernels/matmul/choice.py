@@ -143,8 +143,12 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
         return _forced(forced, pools, quantization)
     for role in pools.keys() & set(shared):
         pools[role] = [k for k in pools[role] if k.shares_weight] or pools[role]
-    if "lm_head" in pools:  # the logits' inputs are never rounded (docs/design/kernels.md, 17.)
-        pools["lm_head"] = [k for k in pools["lm_head"] if not k.rounds_inputs] or pools["lm_head"]
+    for role, pool in pools.items():
+        if role == "lm_head":  # the logits' inputs are never rounded (docs/design/kernels.md, 17.)
+            pools[role] = [k for k in pool if not k.rounds_inputs] or pool
+        else:  # where rounding is allowed, the rounding twin is the faster
+            names = {k.name for k in pool}
+            pools[role] = [k for k in pool if k.unrounded_twin_of not in names]
     if all(len(pool) == 1 for pool in pools.values()):
         return Choice({r: (p[0],) * len(BUCKETS) for r, p in pools.items()}, "only candidate")
     key = {"method": METHOD, "cpu": cpu_features.cpu_model(),

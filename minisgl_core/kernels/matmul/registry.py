@@ -16,6 +16,7 @@ from minisgl_core.kernels.matmul.wo_copy import copy_kernels
 from minisgl_core.kernels.matmul.wo_gemm import WeightOnlyGemm
 from minisgl_core.kernels.matmul.wo_panels import WeightOnlyPanels, WeightOnlyPanelsDequant
 from minisgl_core.kernels.matmul.wo_panels_amx import WeightOnlyPanelsAmx
+from minisgl_core.kernels.matmul.wo_panels_split import WeightOnlyPanelsSplit
 
 
 def fp32_kernels() -> list[Kernel]:
@@ -29,8 +30,9 @@ def weight_only_kernels(scheme: str) -> list[Kernel]:
     # the int4 panels on AMX or dequantized for torch's GEMM, or with a copy: no int8 twin
     int4_only = ([WeightOnlyPanelsAmx(), WeightOnlyPanelsDequant(scheme), *copy_kernels()]
                  if scheme == "int4" else [])
+    int8_only = [WeightOnlyPanelsSplit()] if scheme == "int8-wo" else []  # for the LM head
     return [WeightOnlyNative(scheme), WeightOnlyPanels(scheme), WeightOnlyAmx(scheme),
-            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), *int4_only]
+            WeightOnlyGemm(scheme), WeightOnlyDequant(scheme), *int4_only, *int8_only]
 
 
 def all_kernels() -> dict[str, Kernel]:

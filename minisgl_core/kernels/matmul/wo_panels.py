@@ -138,10 +138,11 @@ def int8_panel_rows(p: Int8Panels, index: torch.Tensor, dtype: torch.dtype) -> t
 
 def panels_matmul(x: torch.Tensor, w: Int4Panels | Int8Panels,
                   residual: torch.Tensor | None = None,
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+                  dtype: torch.dtype = torch.float32, split: bool = False) -> torch.Tensor | None:
     """``q8_rows(x) [T, in] @ dequant(w).T (+ residual)`` -> ``[T, out]`` in ``dtype`` (fp32 or
-    bf16: summed in fp32, rounded once); x fp32 or bf16. None where the library or the CPU
-    cannot."""
+    bf16: summed in fp32, rounded once); x fp32 or bf16. ``split`` (int8 panels): each row of x
+    in two rounded parts, ``q8_split_rows(x)`` (wo_panels_split.py). None where the library or
+    the CPU cannot."""
     lib = native.library()
     if lib is None or x.dtype not in (torch.float32, torch.bfloat16):
         return None
@@ -156,7 +157,8 @@ def panels_matmul(x: torch.Tensor, w: Int4Panels | Int8Panels,
     if isinstance(w, Int4Panels):
         kernel, args = lib.wo_int4_panels, (*head, w.min.data_ptr(), *tail)
     else:
-        kernel, args = lib.wo_int8_panels, (*head, *tail)
+        kernel = lib.wo_int8_panels_split if split else lib.wo_int8_panels
+        args = (*head, *tail)
     if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
         with torch.profiler.record_function(PROFILE_NAMES[4]):
             return y if kernel(*args) == 0 else None

@@ -34,7 +34,7 @@ KINDS = frozenset({"dense", "dense-hf", "onednn", "onednn-rows", "onednn-hf", "a
                    "int4", "int8-wo-amx", "int4-amx", "int8-wo-gemm", "int4-gemm",
                    "int4-panels", "int8-wo-panels", "int8-wo-dequant", "int4-dequant",
                    "int4-panels-dequant", "int4-panels-amx", "int4-copy-panels",
-                   "int4-copy-panels-amx",
+                   "int4-copy-panels-amx", "int8-wo-panels-split",
                    "int4-copy-amx", "int4-copy-dense"})
 
 _loaded: bool | None = None

@@ -86,6 +86,36 @@ WO_HIDDEN T2 int8_t *wo_q8_rows(const void *x, int x_bf16, int T, int in, int gr
     return q;
 }
 
+/* T rows of x each split in two rounded rows, hi and lo, in one buffer as wo_q8_rows lays out
+ * 2T rows: row 2t is x_t rounded, row 2t + 1 what that left (x_t - qx d, in fp32) rounded the
+ * same way, so hi + lo is x_t within max|x| / 64516 a group (lo's d is at most d / 254) */
+WO_HIDDEN T2 int8_t *wo_q8_rows_split(const void *x, int x_bf16, int T, int in, int groups,
+                                      float **d, float **ds) {
+    size_t n = (size_t)2 * T * groups;
+    int8_t *q = malloc(n * (32 + 2 * sizeof(float)) + (size_t)in * sizeof(float));
+    if (q == NULL) return NULL;
+    *d = (float *)(q + n * 32);
+    *ds = *d + n;
+    float *rest = *ds + n;  /* [in]: what the hi row left of one row */
+    for (int t = 0; t < T; t++) {
+        const char *row = (const char *)x + (size_t)t * in * (x_bf16 ? 2 : 4);
+        size_t hi = (size_t)2 * t * groups, lo = hi + groups;
+        prep_row(row, x_bf16, in, groups, q + hi * 32, *d + hi, *ds + hi);
+        for (int i = 0; i < in; i++) {
+            float v;
+            if (x_bf16) {
+                union { uint32_t u; float f; } b = {.u = (uint32_t)((const uint16_t *)row)[i] << 16};
+                v = b.f;
+            } else {
+                v = ((const float *)row)[i];
+            }
+            rest[i] = v - (float)q[hi * 32 + i] * (*d)[hi + i / GROUP];
+        }
+        prep_row(rest, 0, in, groups, q + lo * 32, *d + lo, *ds + lo);
+    }
+    return q;
+}
+
 /* the 8 int32 products-of-four of nibbles w (8 outputs x 4 bytes) and 4 input bytes x */
 INL2 __m256i dot4(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));

@@ -103,10 +103,11 @@ INLP void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, 
 /* The int8 panels: [panels][in / 4][16][4] bytes, w + 128 as u8 (vpdpbusd's unsigned side), a
  * 32-input group of a panel in 8 vectors; scale fp32 [panels][16] per output. The offset comes
  * back as 128 d sum(qx) per group, and the output's scale applies once at the end:
- * y = s (sum_g d_g sum(u qx) - 128 sum_g d_g sum(qx)). */
+ * y = s (sum_g d_g sum(u qx) - 128 sum_g d_g sum(qx)). ``pairs``: rows 2i and 2i + 1 of xq are
+ * one input's two parts (wo_q8_rows_split), their sums added into output row t0 / 2 + i. */
 INLP void panel_rows_i8(const uint8_t *pw, const float *ps, int groups, const int8_t *xq,
                         const float *d, const float *ds, int t0, const int nr, int o0, int n,
-                        int out, void *y, int y_bf16, const void *residual) {
+                        int out, void *y, int y_bf16, const void *residual, const int pairs) {
     __m512 acc[RB];
     float offset[RB];
     for (int r = 0; r < nr; r++) {
@@ -137,18 +138,25 @@ INLP void panel_rows_i8(const uint8_t *pw, const float *ps, int groups, const in
     __m512 s = _mm512_loadu_ps(ps);
     for (int r = 0; r < nr; r++)
         acc[r] = _mm512_mul_ps(s, _mm512_sub_ps(acc[r], _mm512_set1_ps(128.0f * offset[r])));
-    store_rows(acc, t0, nr, o0, n, out, y, y_bf16, residual);
+    if (!pairs) {
+        store_rows(acc, t0, nr, o0, n, out, y, y_bf16, residual);
+        return;
+    }
+    for (int r = 0; r < nr / 2; r++) acc[r] = _mm512_add_ps(acc[2 * r], acc[2 * r + 1]);
+    store_rows(acc, t0 / 2, nr / 2, o0, n, out, y, y_bf16, residual);
 }
 
-/* wo_int4_panels (mn given) or wo_int8_panels (mn NULL, scale fp32) once the CPU is known to
- * run it (no AVX-512 instruction may run before) */
+/* wo_int4_panels (mn given) or wo_int8_panels (mn NULL, scale fp32; ``split``: each row in two
+ * rounded parts, 2T rows of xq) once the CPU is known to run it (no AVX-512 instruction may run
+ * before) */
 TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, const void *scale,
                   const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
-                  int threads) {
+                  int threads, int split) {
     int groups = (in + GROUP - 1) / GROUP, panels = (out + 15) / 16;
     float *d, *ds;
-    int8_t *xq = wo_q8_rows(x, x_bf16, T, in, groups, &d, &ds);
+    int8_t *xq = (split ? wo_q8_rows_split : wo_q8_rows)(x, x_bf16, T, in, groups, &d, &ds);
     if (xq == NULL) return -1;
+    if (split) T *= 2;  /* the rows of xq: RB is even, so a block never parts a pair */
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
@@ -157,12 +165,19 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, co
             if (mn == NULL) {
                 const uint8_t *pw = q + (size_t)p * groups * 512;
                 const float *ps = (const float *)scale + (size_t)p * 16;
-                switch (nr) {  /* a constant row count at each call */
 #define ROWS(k) case k: panel_rows_i8(pw, ps, groups, xq, d, ds, t0, k, o0, cols, out, y, \
-                                      y_bf16, residual); break;
-                ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
-#undef ROWS
+                                      y_bf16, residual, 0); break;
+#define PAIRS(k) case k: panel_rows_i8(pw, ps, groups, xq, d, ds, t0, k, o0, cols, out, y, \
+                                       y_bf16, residual, 1); break;
+                if (split) {  /* nr is even */
+                    switch (nr) { PAIRS(2) PAIRS(4) PAIRS(6) PAIRS(8) }
+                    continue;
                 }
+                switch (nr) {  /* a constant row count at each call */
+                ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
+                }
+#undef PAIRS
+#undef ROWS
                 continue;
             }
             const uint8_t *pw = q + (size_t)p * groups * 256;
@@ -189,14 +204,22 @@ static int vnni(void) {
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                    const void *residual, int threads) {
-    if (vnni()) return run(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads);
+    if (vnni()) return run(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads, 0);
     return wo_int4_panels_avx2(x, x_bf16, T, in, q, scale, mn, out, y, y_bf16, residual, threads);
 }
 
 int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const float *scale, int out, void *y, int y_bf16, const void *residual,
                    int threads) {
-    return vnni() ? run(x, x_bf16, T, in, q, scale, NULL, out, y, y_bf16, residual, threads) : -1;
+    return vnni() ? run(x, x_bf16, T, in, q, scale, NULL, out, y, y_bf16, residual, threads, 0)
+                  : -1;
+}
+
+int wo_int8_panels_split(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                         const float *scale, int out, void *y, int y_bf16,
+                         const void *residual, int threads) {
+    return vnni() ? run(x, x_bf16, T, in, q, scale, NULL, out, y, y_bf16, residual, threads, 1)
+                  : -1;
 }
 #else
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
@@ -213,5 +236,11 @@ int wo_int8_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
     (void)x; (void)x_bf16; (void)T; (void)in; (void)q; (void)scale; (void)out; (void)y;
     (void)y_bf16; (void)residual; (void)threads;
     return -1;
+}
+
+int wo_int8_panels_split(const void *x, int x_bf16, int T, int in, const uint8_t *q,
+                         const float *scale, int out, void *y, int y_bf16,
+                         const void *residual, int threads) {
+    return wo_int8_panels(x, x_bf16, T, in, q, scale, out, y, y_bf16, residual, threads);
 }
 #endif

@@ -94,6 +94,10 @@ WO_HIDDEN int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, cons
  * NULL without memory (avx2/wo_panels_avx2.c) */
 WO_HIDDEN int8_t *wo_q8_rows(const void *x, int x_bf16, int T, int in, int groups, float **d,
                              float **ds);
+/* the same for inputs split in two rounded parts: 2T rows, row 2t x_t rounded and row 2t + 1
+ * what that left rounded (avx2/wo_panels_avx2.c) */
+WO_HIDDEN int8_t *wo_q8_rows_split(const void *x, int x_bf16, int T, int in, int groups,
+                                   float **d, float **ds);
 #endif
 
 #endif
