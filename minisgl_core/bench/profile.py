@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from minisgl_core.kernels.elementwise import ROPE, SWIGLU
 from minisgl_core.kernels.matmul.weight_only import PROFILE_NAMES
 
 # minisgl::native_linear's own time is the weight-only kernels' (and a little glue around them)
@@ -46,9 +47,9 @@ GROUPS: dict[str, frozenset[str]] = {
                         "minisgl::invariant_rms_norm"}),
     # q/k times cos and sin, the halves swapped (cat), the sum; the cos/sin rows looked up
     "rotary": frozenset({"aten::mul", "aten::cat", "aten::add", "aten::flip", "aten::index",
-                         "minisgl::invariant_rope"}),
+                         "minisgl::invariant_rope", ROPE}),
     "SiLU x up": frozenset({"aten::silu", "aten::mul_", "aten::gelu",
-                            "minisgl::invariant_swiglu"}),
+                            "minisgl::invariant_swiglu", SWIGLU}),
     "residual adds": frozenset({"aten::add_"}),
     "embedding": frozenset({"aten::embedding"}),
     "sampling": frozenset({"aten::max", "aten::argmax", "aten::softmax", "aten::log_softmax",

@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved lazily below
-    from minisgl_core.kernels import cpu_features, kv_int8
+    from minisgl_core.kernels import cpu_features, elementwise, kv_int8
     from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
     from minisgl_core.kernels.linear import Linear
     from minisgl_core.kernels.matmul import choice
@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved la
 _WHERE = {
     "cpu_features": "minisgl_core.kernels.cpu_features",
     "invariant": "minisgl_core.kernels.invariant",  # --deterministic's attention and ops
+    "elementwise": "minisgl_core.kernels.elementwise",  # the eager step's norms, rotary, SwiGLU
     "kv_int8": "minisgl_core.kernels.kv_int8",
     "choice": "minisgl_core.kernels.matmul.choice",
     "Workspace": "minisgl_core.kernels.attention", "gathered": "minisgl_core.kernels.attention",
@@ -64,8 +65,8 @@ _WHERE = {
 }
 __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear", "Workspace",
            "all_kernels", "bf16_fast", "bucket_of", "choice", "choose", "cpu_features",
-           "fp32_kernels", "gathered", "invariant", "kv_int8", "new_handle", "padded_rows",
-           "paged_decode_attention",
+           "elementwise", "fp32_kernels", "gathered", "invariant", "kv_int8", "new_handle",
+           "padded_rows", "paged_decode_attention",
            "python_ops_in_graphs", "role_scheme", "sdpa_decode", "without_collectives"]
 
 

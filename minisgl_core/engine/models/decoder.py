@@ -24,7 +24,7 @@ from minisgl_core.engine.config import ModelConfig
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.parallel import Shard, TensorParallel, shard
 from minisgl_core.engine.weights import Checkpoint
-from minisgl_core.kernels import Choice, Linear, invariant
+from minisgl_core.kernels import Choice, Linear, elementwise, invariant
 
 log = logging.getLogger(__name__)
 
@@ -53,22 +53,48 @@ def _norm_scalars(width: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, weight32: torch.Tensor | None,
              eps: float) -> torch.Tensor:
-    """``F.rms_norm(x, (H,), weight, eps)`` of ``x [T, H]``, the same bits in fewer ops.
+    """``F.rms_norm(x, (H,), weight, eps)`` of ``x [T, H]`` in fewer ops.
 
     torch's CPU rms_norm is a composite that dispatches 34 ops at bf16 (fp32 copies of x and of
-    the weight, each Python scalar made a tensor, mean as sum and divide); this one runs the
-    same fp32 arithmetic in the same order (sum of squares, / H, + eps, rsqrt, x * r * weight,
-    one rounding to x's dtype) in 16, given the weight already in fp32 (``weight32``). Inside a
-    compiled graph (or without ``weight32``) torch's own: inductor fuses it there, and the
-    graph stays what it was.
+    the weight, each Python scalar made a tensor, mean as sum and divide). Given the weight
+    already in fp32 (``weight32``) this runs the same fp32 arithmetic (sum of squares, / H,
+    + eps, rsqrt, x * r * weight, one rounding to x's dtype) in one native pass
+    (kernels/elementwise.py), or where the library does not run in 16 torch ops in torch's
+    order (the same bits). Inside a compiled graph (or without ``weight32``) torch's own:
+    inductor fuses it there, and the graph stays what it was.
     """
     if weight32 is None or torch.compiler.is_compiling():
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    y = elementwise.rms_norm(x, weight32, eps)
+    if y is not None:
+        return y
     width, eps32 = _norm_scalars(x.shape[-1], eps)
     x32 = x.float()  # x itself when already fp32: then not written in place
     r = (x32 * x32).sum(-1, keepdim=True).div_(width).add_(eps32).rsqrt_()  # [T, 1]
     y = x32 * r if x32 is x else x32.mul_(r)
     return y.mul_(weight32).to(x.dtype)
+
+
+def rotary(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of ``qk [T, H, D]`` with ``cos``, ``sin [T, 1, D]`` (sin's first
+    half negated): one native pass in an eager step, torch's ops in a compiled graph."""
+    if not torch.compiler.is_compiling():
+        y = elementwise.rope(qk, cos, sin)
+        if y is not None:
+            return y
+    half = qk.shape[-1] // 2
+    return qk * cos + torch.cat((qk[..., half:], qk[..., :half]), -1) * sin
+
+
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of ``gate_up [T, 2 I]`` -> ``[T, I]``: one native pass in an eager
+    step, torch's ops (one new tensor, not two) in a compiled graph."""
+    if not torch.compiler.is_compiling():
+        y = elementwise.swiglu(gate_up)
+        if y is not None:
+            return y
+    inter = gate_up.shape[1] // 2
+    return F.silu(gate_up[:, :inter]).mul_(gate_up[:, inter:])
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -241,14 +267,12 @@ class DecoderForCausalLM:
         t, hq, hkv, d, eps = input_ids.shape[0], self.shard.num_q, self.shard.num_kv, \
             c.head_dim, c.rms_norm_eps
         qk_dim = (hq + hkv) * d
-        inter = self.shard.num_inter
         # rank 0 adds the residual (and biases) into its partial sum; the others add nothing
         keep = tp is None or tp.leader
         # sums the ranks' partial outputs; the whole model here has nothing to sum
         reduce = (lambda y: y) if tp is None else tp.all_reduce
         cos = self.cos[meta.positions].unsqueeze(1)  # [T, 1, D], looked up once for all layers
         sin = self.sin[meta.positions].unsqueeze(1)
-        half = d // 2
         x = self.embed_tokens(input_ids)  # [T, H]
         if self.deterministic:
             return self._forward_invariant(x, meta, kv, ws, cos, sin)
@@ -258,7 +282,7 @@ class DecoderForCausalLM:
             qk = qkv[:, :qk_dim].view(t, hq + hkv, d)
             if layer.qk_norm is not None:
                 qk = F.rms_norm(qk, (d,), eps=eps) * layer.qk_norm
-            qk = qk * cos + torch.cat((qk[..., half:], qk[..., :half]), -1) * sin
+            qk = rotary(qk, cos, sin)
             q, k = qk[:, :hq], qk[:, hq:]
             v = qkv[:, qk_dim:].view(t, hkv, d)
             kv.store(i, meta.out_slots, k, v)
@@ -266,7 +290,7 @@ class DecoderForCausalLM:
             x = reduce(layer.o(o, residual=x if keep else None))  # [T, H]
             h = rms_norm(x, layer.ln_mlp, layer.ln_mlp32, eps)
             gu = layer.gate_up(h)  # [T, 2 I] (I: this rank's columns)
-            act = F.silu(gu[:, :inter]).mul_(gu[:, inter:])  # [T, I]: one new tensor, not two
+            act = swiglu(gu)  # [T, I]
             x = reduce(layer.down(act, residual=x if keep else None))
         return x
 

@@ -105,6 +105,17 @@ int sample_rows(const float *logits, int N, int V, const float *temperature, con
                 int isa);
 int argmax_rows(const void *logits, int N, int V, int bf16, int64_t *out, int isa);
 
+/* the decoder layer's elementwise steps in one pass each (elementwise.c), x fp32, or bf16 with
+ * bf16 = 1 (y the same), fp32 arithmetic rounded once; x's rows ``stride`` elements apart, y
+ * contiguous; 0 done, -1 bad sizes. RMSNorm of T rows of H times w (fp32 [H]); the rotary
+ * embedding of T rows of H heads of D (cos and sin [T][D] in x's dtype, sin's first half
+ * negated); silu(gate) * up of gate_up [T][2I] -> [T][I] */
+int rms_norm_rows(const void *x, int stride, int T, int H, const float *w, float eps, void *y,
+                  int bf16, int threads, int isa);
+int rope_rows(const void *x, int stride, int T, int H, int D, const void *cos, const void *sin,
+              void *y, int bf16, int threads, int isa);
+int swiglu_rows(const void *gu, int T, int I, void *y, int bf16, int threads, int isa);
+
 /* batch-invariant kernels (batch_invariant/): a row's result does not depend on the other rows
  * of the call (--deterministic); 0 done, -1 sizes not handled */
 int bi_matmul(const void *x, int T, int in, const void *w, int out, const void *bias,
