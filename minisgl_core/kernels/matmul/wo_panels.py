@@ -191,17 +191,28 @@ class WeightOnlyPanels(WeightOnlyKernel):
         gen = torch.Generator().manual_seed(0)
         w, x = torch.randn(24, 72, generator=gen), torch.randn(5, 72, generator=gen)
         packed = self.pack(w)
-        y = panels_matmul(x, packed)
+        y = self.matmul(x, packed)
         if y is None:
             return False
         w8 = unpanel(packed)
         deq = dequantize_int4(w8) if isinstance(w8, Int4Weight) else dequantize_int8(w8)
-        want = q8_rows(x).double() @ deq.double().t()
+        want = self.inputs(x).double() @ deq.double().t()
         return torch.allclose(y.double(), want, rtol=1e-4, atol=1e-4)
+
+    @staticmethod
+    def inputs(x: torch.Tensor) -> torch.Tensor:
+        """What the kernel multiplies in place of ``x``: its rows rounded (fp32)."""
+        return q8_rows(x)
+
+    @staticmethod
+    def matmul(x: torch.Tensor, w: Int4Panels | Int8Panels, residual: torch.Tensor | None = None,
+               dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+        """The kernel on ``x`` (as ``panels_matmul``)."""
+        return panels_matmul(x, w, residual, dtype)
 
     def run(self, packed: Int4Panels | Int8Panels, x: torch.Tensor, bias: torch.Tensor | None,
             residual: torch.Tensor | None) -> torch.Tensor:
-        return fused_run(panels_matmul, packed, x, bias, residual)
+        return fused_run(self.matmul, packed, x, bias, residual)
 
 
 def panels_tile_bf16(p: Int4Panels, a: int, b: int) -> torch.Tensor | None:
