@@ -257,7 +257,8 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if kv_int8.is_int8(k_cache):  # as stored: the same keys a later chunk or a cache hit sees
             k, v = kv_int8.fake_quantize(k), kv_int8.fake_quantize(v)
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                           v.transpose(0, 1)[None], attn_mask=g.mask,
+                                           v.transpose(0, 1)[None],
+                                           attn_mask=ws.additive(g.mask, q.dtype),
                                            is_causal=g.mask is None, enable_gqa=True,
                                            scale=scale)
         return o[0].transpose(0, 1).reshape(tp, hq * d)
@@ -269,7 +270,7 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     else:
         qp = q.reshape(tp, hq * d).index_select(0, g.q_pad)
         qp = qp.view(g.batch, g.q_len, hq, d).transpose(1, 2)  # [B, Hq, Lq, D]
-    o = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=g.mask, enable_gqa=True,
-                                       scale=scale)
+    o = F.scaled_dot_product_attention(qp, keys, vals, attn_mask=ws.additive(g.mask, q.dtype),
+                                       enable_gqa=True, scale=scale)
     o = o.transpose(1, 2).reshape(g.batch * g.q_len, hq * d)
     return o if g.q_unpad is None else o.index_select(0, g.q_unpad)

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from minisgl_core.engine import attention
 from minisgl_core.engine.attention import Workspace, build_metadata, paged_attention, windowed
@@ -96,3 +97,20 @@ def test_allocator_refuses_double_free_and_overdraw() -> None:
     assert alloc.num_free == 2  # the failed free changed nothing
     with pytest.raises(RuntimeError):
         alloc.free([0])  # the scratch page is never handed out
+
+
+def test_a_steps_mask_is_made_additive_once_for_all_its_layers() -> None:
+    ws = Workspace(2, 8, torch.bfloat16, "cpu")
+    mask = torch.tensor([[True, False], [True, True]])[None, None]
+    bias = ws.additive(mask, torch.bfloat16)
+    assert bias is not None and bias.dtype == torch.bfloat16
+    assert bias.tolist() == [[[[0.0, float("-inf")], [0.0, 0.0]]]]
+    assert ws.additive(mask, torch.bfloat16) is bias  # the next layer's call: no new tensor
+    assert ws.additive(mask.clone(), torch.bfloat16) is not bias  # the next step's mask
+    assert ws.additive(mask, torch.float32).dtype == torch.float32
+    assert ws.additive(None, torch.float32) is None
+    # what SDPA makes of the bool mask itself: the same outputs, bit for bit
+    q, k, v = (torch.randn(1, 2, 2, 8).bfloat16() for _ in range(3))
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                               rtol=0, atol=0)
