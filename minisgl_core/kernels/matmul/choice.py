@@ -32,7 +32,7 @@ from minisgl_core.kernels.matmul.choice_cache import (
     read_choice,
     write_choice,
 )
-from minisgl_core.kernels.matmul.choice_rules import pick, without_hopeless
+from minisgl_core.kernels.matmul.choice_rules import HEAD_ROWS, pick, without_hopeless
 from minisgl_core.kernels.matmul.invariant import deterministic_kernels
 from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels, weight_only_kernels
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
@@ -54,10 +54,10 @@ MAX_WEIGHTS = 8192 * 576
 # rows, 1.17x slower than the int4 panels on AMX from memory): so those runs read COLD_BYTES of
 # something else first (more than a server's L2, and pushing the weight down the L3).
 COLD_ROWS = 32
-METHOD = 8  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
+METHOD = 9  # in the cache key: a change in how kernels are timed or what one does (4: a kernel
 # timed only where it serves; 5: large layers trimmed to MAX_WEIGHTS; 6: a kernel far behind not
-# timed at the prefill buckets; 7: unless its time stayed flat below; 8: 32 rows timed cold)
-# invalidates old choices
+# timed at the prefill buckets; 7: unless its time stayed flat below; 8: 32 rows timed cold;
+# 9: the LM head's layout judged up to HEAD_ROWS) invalidates old choices
 COLD_BYTES = 64 << 20
 FIRST_PREFILL_BUCKET = 3
 
@@ -166,7 +166,8 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
         return Choice(kernels, f"cached in {path}", _chosen_seconds(kernels, seconds))
     start = time.perf_counter()
     times, complete = _measure(shapes, pools, start + budget_s, timer or _time, dtype)
-    kernels = {role: pick(pools[role], times[role]) for role in shapes}
+    kernels = {role: pick(pools[role], times[role], HEAD_ROWS if role == "lm_head" else None)
+               for role in shapes}
     took = time.perf_counter() - start
     if complete:  # a partial measurement is used this once, never cached
         write_choice(path, key, {r: [k.name for k in ks] for r, ks in kernels.items()}, times, now)
