@@ -44,7 +44,8 @@ def _steps(dtype: torch.dtype, rows: int) -> dict[str, Callable[[], object]]:
             "rotary": lambda: rotary(qk, cos, sin), "SwiGLU": lambda: swiglu(gate_up)}
 
 
-def _prefill(engine: Engine, prompts: int, length: int, tag: str) -> float:
+def engine_prefill_ms(engine: Engine, prompts: int, length: int, tag: str) -> float:
+    """The engine's prefill of ``prompts`` distinct prompts of ``length`` tokens, ms."""
     params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
     for i in range(prompts):
         engine.add_request(f"{tag}{i}", [(7 * j + 13 * i) % 40000 + 100 for j in range(length)],
@@ -81,11 +82,11 @@ def main() -> None:
                                  dtype=args.dtype, quantization="auto"), resolved.model_class)
     info = engine.info()
     best = {False: float("inf"), True: float("inf")}
-    _prefill(engine, args.prompts, args.prompt_len, "warm")
+    engine_prefill_ms(engine, args.prompts, args.prompt_len, "warm")
     for r in range(args.repeat):
         for native in (False, True):
             elementwise.ENABLED = native
-            ms = _prefill(engine, args.prompts, args.prompt_len, f"{r}{native}")
+            ms = engine_prefill_ms(engine, args.prompts, args.prompt_len, f"{r}{native}")
             best[native] = min(best[native], ms)
     elementwise.ENABLED = True
     print(f"prefill of {args.prompts} x {args.prompt_len} tokens, eager ({info['quantization']}, "

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from minisgl_core.kernels import Workspace, gathered, invariant, kv_int8, paged_decode_attention
+from minisgl_core.kernels import (
+    Workspace,
+    gathered,
+    invariant,
+    kv_int8,
+    paged_decode_attention,
+    prefill_attention,
+)
 
 SOLO_ROWS = 64  # a prefilling request with this many new tokens attends in a call of its own
 
@@ -39,6 +46,8 @@ class GroupMeta:
     q_unpad: torch.Tensor | None  # [T_group] padded position of each packed row
     fresh_causal: bool  # one sequence, nothing cached: attend over the new k/v (causal, or
     # ``mask`` when set: a sliding window's)
+    causal: bool = False  # one sequence whose queries are its last q_len keys, each seeing the
+    # keys up to its own (no window): the native prefill kernel's case
 
 
 @dataclass(frozen=True)
@@ -151,7 +160,8 @@ def _prefill_meta(prefill: Sequence[tuple[Sequence[int], int, int]], page_size: 
     b, lq, lk = len(prefill), max(news), max(lens)
     fresh = b == 1 and starts[0] == 0
     if fresh:  # attends over its own new k/v: nothing to gather
-        return GroupMeta(1, lq, lk, torch.empty(0, dtype=torch.int64), None, None, None, True)
+        return GroupMeta(1, lq, lk, torch.empty(0, dtype=torch.int64), None, None, None, True,
+                         True)
     slots, _ = _slot_matrix([p for p, _, _ in prefill], lens, page_size)
     q_pad = q_unpad = None
     if b > 1:
@@ -166,7 +176,7 @@ def _prefill_meta(prefill: Sequence[tuple[Sequence[int], int, int]], page_size: 
         q_pad, q_unpad = dev(torch.tensor(pad)), dev(torch.tensor(unpad))
     qpos = torch.tensor(starts).view(b, 1, 1) + torch.arange(lq).view(1, lq, 1)
     mask = dev((torch.arange(lk).view(1, 1, lk) <= qpos).unsqueeze(1))
-    return GroupMeta(b, lq, lk, dev(slots.flatten()), mask, q_pad, q_unpad, False)
+    return GroupMeta(b, lq, lk, dev(slots.flatten()), mask, q_pad, q_unpad, False, b == 1)
 
 
 def windowed(meta: AttentionMetadata, window: int) -> AttentionMetadata:
@@ -220,7 +230,7 @@ def _windowed_prefill(g: GroupMeta, positions: torch.Tensor, window: int) -> Gro
     if g.mask is not None:
         mask = mask & g.mask
     return GroupMeta(g.batch, g.q_len, g.kv_len, g.kv_index, mask, g.q_pad, g.q_unpad,
-                     g.fresh_causal)
+                     g.fresh_causal, False)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -253,9 +263,14 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        k_cache: torch.Tensor, v_cache: torch.Tensor, g: GroupMeta,
                        ws: Workspace, scale: float | None) -> torch.Tensor:
     tp, hq, d = q.shape
+    native = g.causal and prefill_attention.preferred(hq, k.shape[1], d, q.dtype)
     if g.fresh_causal:  # [1, H, n, D] straight from the new rows
         if kv_int8.is_int8(k_cache):  # as stored: the same keys a later chunk or a cache hit sees
             k, v = kv_int8.fake_quantize(k), kv_int8.fake_quantize(v)
+        o = prefill_attention.run(q, k, v, d ** -0.5 if scale is None else scale) if native \
+            else None
+        if o is not None:
+            return o
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
                                            v.transpose(0, 1)[None],
                                            attn_mask=ws.additive(g.mask, q.dtype),
@@ -265,6 +280,10 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kb, vb = ws.buffers(g.batch * g.kv_len)
     keys = gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
     vals = gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
+    if native:  # one sequence: the buffers hold its keys as rows [kv_len, Hkv, D]
+        o = prefill_attention.run(q, kb, vb, d ** -0.5 if scale is None else scale)
+        if o is not None:
+            return o
     if g.q_pad is None:
         qp = q.transpose(0, 1)[None]  # [1, Hq, n, D]
     else:

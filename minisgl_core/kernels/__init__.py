@@ -6,9 +6,9 @@ matmul kernel each layer runs per row bucket; ``cpu_features`` says what the CPU
 ``invariant`` holds the batch-invariant attention and ops of ``--deterministic``.
 Layout (docs/architecture.md, "Adding a kernel"): ``matmul/`` the matmul kernels by family
 (``dense``, ``w8a8``, ``weight_only``, ``amx``), their ``registry`` and the measured ``choice``;
-``attention`` the decode attention; ``kv_int8`` the int8 KV cache's rows; ``native/`` the C
-library and the C++ operators built from ``csrc/``; ``ops`` the custom ops a compiled graph
-calls; ``handles`` the names those ops use.
+``attention`` the decode attention; ``prefill_attention`` a prefill chunk's; ``kv_int8`` the
+int8 KV cache's rows; ``native/`` the C library and the C++ operators built from ``csrc/``;
+``ops`` the custom ops a compiled graph calls; ``handles`` the names those ops use.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved lazily below
-    from minisgl_core.kernels import cpu_features, elementwise, kv_int8
+    from minisgl_core.kernels import cpu_features, elementwise, kv_int8, prefill_attention
     from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
     from minisgl_core.kernels.linear import Linear
     from minisgl_core.kernels.matmul import choice
@@ -44,6 +44,7 @@ _WHERE = {
     "invariant": "minisgl_core.kernels.invariant",  # --deterministic's attention and ops
     "elementwise": "minisgl_core.kernels.elementwise",  # the eager step's norms, rotary, SwiGLU
     "kv_int8": "minisgl_core.kernels.kv_int8",
+    "prefill_attention": "minisgl_core.kernels.prefill_attention",  # a prefill chunk's, native
     "choice": "minisgl_core.kernels.matmul.choice",
     "Workspace": "minisgl_core.kernels.attention", "gathered": "minisgl_core.kernels.attention",
     "sdpa_decode": "minisgl_core.kernels.attention",
@@ -66,7 +67,7 @@ _WHERE = {
 __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear", "Workspace",
            "all_kernels", "bf16_fast", "bucket_of", "choice", "choose", "cpu_features",
            "elementwise", "fp32_kernels", "gathered", "invariant", "kv_int8", "new_handle",
-           "padded_rows", "paged_decode_attention",
+           "padded_rows", "paged_decode_attention", "prefill_attention",
            "python_ops_in_graphs", "role_scheme", "sdpa_decode", "without_collectives"]
 
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from minisgl_core.engine import attention
 from minisgl_core.engine.attention import Workspace, build_metadata, paged_attention, windowed
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator
+from minisgl_core.kernels import cpu_features, prefill_attention
 
 HQ, HKV, D, P = 6, 2, 16, 4
 
@@ -23,15 +24,15 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int,
     q, k, v = q.double(), k.double(), v.double()
     k = k.repeat_interleave(HQ // HKV, dim=1)
     v = v.repeat_interleave(HQ // HKV, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) / D ** 0.5
+    scores = torch.einsum("qhd,khd->hqk", q, k) / q.shape[-1] ** 0.5
     qpos = torch.arange(q.shape[0]).unsqueeze(1) + start
     keys = torch.arange(k.shape[0]).unsqueeze(0)
     hidden = (keys > qpos) | (keys <= qpos - window if window else False)
     scores = scores.masked_fill(hidden, float("-inf"))
-    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(q.shape[0], HQ * D)
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(q.shape[0], -1)
 
 
-@pytest.mark.parametrize("case", [
+CASES = [
     {"decode": [7, 1, 30], "prefill": []},          # decode only, ragged lengths
     {"decode": [9], "prefill": []},                 # one sequence, no mask
     {"decode": [], "prefill": [(0, 13)]},           # one fresh prompt (is_causal path)
@@ -40,15 +41,16 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int,
     {"decode": [5, 17], "prefill": [(0, 7), (20, 4)]},     # mixed step
     # with SOLO_ROWS 6 below: alone (fresh, then on a prefix), short ones batched between them
     {"decode": [3], "prefill": [(0, 9), (5, 2), (0, 3), (12, 6), (2, 1), (0, 7)]},
-])
-@pytest.mark.parametrize("solo_rows", [attention.SOLO_ROWS, 6])
-@pytest.mark.parametrize("window", [None, 5])
-def test_paged_attention_matches_float64_reference(case: dict[str, list], solo_rows: int,
-                                                   window: int | None, monkeypatch) -> None:
-    monkeypatch.setattr(attention, "SOLO_ROWS", solo_rows)
+]
+
+
+def _attend(case: dict[str, list], window: int | None, dtype: torch.dtype, d: int,
+            ) -> tuple[torch.Tensor, torch.Tensor, attention.AttentionMetadata]:
+    """The step's attention by paged_attention, the float64 reference of the same (rounded)
+    inputs, and the step's metadata."""
     g = torch.Generator().manual_seed(0)
     rng = random.Random(0)
-    kv = KVPool(1, 64, P, HKV, D, torch.float32, "cpu")
+    kv = KVPool(1, 64, P, HKV, d, dtype, "cpu")
     alloc = PageAllocator(64)
     alloc.alloc(rng.randrange(1, 10))  # so that page ids are not simply 1, 2, 3 ...
     seqs = [(length - 1, 1) for length in case["decode"]] + list(case["prefill"])
@@ -58,11 +60,11 @@ def test_paged_attention_matches_float64_reference(case: dict[str, list], solo_r
         pg = alloc.alloc(-(-total // P))
         rng.shuffle(pg)
         pages.append(pg)
-        k = torch.randn(total, HKV, D, generator=g)
-        v = torch.randn(total, HKV, D, generator=g)
+        k = torch.randn(total, HKV, d, generator=g).to(dtype)
+        v = torch.randn(total, HKV, d, generator=g).to(dtype)
         slots = torch.tensor([pg[p // P] * P + p % P for p in range(start)], dtype=torch.int64)
         kv.store(0, slots, k[:start], v[:start])  # the cached prefix
-        qs.append(torch.randn(n, HQ, D, generator=g))
+        qs.append(torch.randn(n, HQ, d, generator=g).to(dtype))
         ks.append(k)
         vs.append(v)
     nd = len(case["decode"])
@@ -74,14 +76,47 @@ def test_paged_attention_matches_float64_reference(case: dict[str, list], solo_r
     kv.store(0, meta.out_slots, k_new, v_new)
     if window is not None:
         meta = windowed(meta, window)
-    if len(case["prefill"]) == 6:  # 9 | 2 3 | 6 | 1 | 7 under SOLO_ROWS 6, else one group
-        assert meta.prefill is not None and len(meta.prefill) == (5 if solo_rows == 6 else 1)
     out = paged_attention(q, k_new, v_new, kv.k_layers[0], kv.v_layers[0], meta,
-                          Workspace(HKV, D, torch.float32, "cpu"))
+                          Workspace(HKV, d, dtype, "cpu"))
     want = torch.cat([_reference(qs[i], ks[i], vs[i], seqs[i][0], window)
                       for i in range(len(seqs))])
+    return out, want, meta
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("solo_rows", [attention.SOLO_ROWS, 6])
+@pytest.mark.parametrize("window", [None, 5])
+def test_paged_attention_matches_float64_reference(case: dict[str, list], solo_rows: int,
+                                                   window: int | None, monkeypatch) -> None:
+    monkeypatch.setattr(attention, "SOLO_ROWS", solo_rows)
+    out, want, meta = _attend(case, window, torch.float32, D)
+    if len(case["prefill"]) == 6:  # 9 | 2 3 | 6 | 1 | 7 under SOLO_ROWS 6, else one group
+        assert meta.prefill is not None and len(meta.prefill) == (5 if solo_rows == 6 else 1)
     assert out.shape == want.shape
     torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["prefill"]])
+@pytest.mark.parametrize("window", [None, 5])
+def test_bf16_prefill_by_the_native_kernel_matches_float64_reference(
+        case: dict[str, list], window: int | None, monkeypatch) -> None:
+    """bf16 at 64 dims a head, SOLO_ROWS 6: every single-sequence group without a window goes
+    to the native prefill kernel where this CPU has AVX512-BF16 (whatever it measured against
+    SDPA), the rest to SDPA; both within bf16's rounding of the reference."""
+    monkeypatch.setattr(attention, "SOLO_ROWS", 6)
+    monkeypatch.setattr(prefill_attention, "preferred", lambda *a: True)
+    ran = []
+    real_run = prefill_attention.run
+    monkeypatch.setattr(prefill_attention, "run",
+                        lambda *a: ran.append(real_run(*a)) or ran[-1])
+    out, want, meta = _attend(case, window, torch.bfloat16, 64)
+    torch.testing.assert_close(out.double(), want, atol=2e-2, rtol=2e-2)
+    causal = [g for g in meta.prefill or () if g.causal]
+    assert len(ran) == len(causal)
+    if window is not None:
+        assert not any(g.causal and g.kv_len > window for g in meta.prefill or ())
+    if cpu_features.has("avx512_bf16"):  # the kernel can run here: it must have
+        assert all(o is not None for o in ran)
 
 
 def test_allocator_refuses_double_free_and_overdraw() -> None:

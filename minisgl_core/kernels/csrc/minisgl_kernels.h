@@ -116,6 +116,14 @@ int rope_rows(const void *x, int stride, int T, int H, int D, const void *cos, c
               void *y, int bf16, int threads, int isa);
 int swiglu_rows(const void *gu, int T, int I, void *y, int bf16, int threads, int isa);
 
+/* causal attention of one sequence's n new rows (prefill_attention.c): q [n] rows of Hq x D
+ * bf16 (heads contiguous, rows q_row elements apart) at positions S - n .. S - 1 against keys and
+ * values [S] rows of Hkv x D (k_row, v_row apart) -> out [n][Hq][D] bf16; 0 done, -1 not here
+ * (no AVX512-BF16, D not a multiple of 64 up to 256, out of memory) */
+int prefill_attention(const void *q, int q_row, const void *k, int k_row, const void *v,
+                      int v_row, int n, int S, int Hq, int Hkv, int D, float scale, void *out,
+                      int threads);
+
 /* batch-invariant kernels (batch_invariant/): a row's result does not depend on the other rows
  * of the call (--deterministic); 0 done, -1 sizes not handled */
 int bi_matmul(const void *x, int T, int in, const void *w, int out, const void *bias,
