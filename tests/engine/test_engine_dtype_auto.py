@@ -81,6 +81,18 @@ def test_cached_timings_too_far_apart_are_taken_again(tiny_models: dict[str, Pat
     assert fp32_times and fp32_times[0] != slow  # the inflated file was replaced
 
 
+@pytest.mark.skipif(not dtype_choice.bf16_fast(), reason="bf16 is not a candidate here")
+def test_one_dtype_cached_and_the_other_not_are_timed_again_together(
+        tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    cfg = model_sized(ModelConfig.from_dir(tiny_models["llama"]))
+    choose_dtype(cfg, CPU, cache=tmp_path, budget_s=120.0)
+    for path in tmp_path.glob("linear-*.json"):  # as if bf16 had been timed at an earlier start
+        if json.loads(path.read_text())["key"]["dtype"] == "torch.float32":
+            path.unlink()
+    again = choose_dtype(cfg, CPU, cache=tmp_path, budget_s=120.0)
+    assert "cached" not in again.reason and again.reason.count("measured") == 2, again.reason
+
+
 def test_int8_auto_runs_in_fp32(tiny_models: dict[str, Path], tmp_path: Path) -> None:
     cfg = ModelConfig.from_dir(tiny_models["llama"])
     choice = choose_dtype(cfg, CPU, "int8", cache=tmp_path)
@@ -126,6 +138,10 @@ def test_auto_is_a_launch_dtype(name: str) -> None:
     ((1.0, 1.0, 1.0, 4.0, 16.0), (1.05, 1.05, 1.05, 2.0, 8.0), "bfloat16"),
     # bf16 twice as slow at every decode bucket, a little faster at prefill
     ((1.0, 1.0, 1.0, 4.0, 16.0), (2.0, 2.0, 2.0, 3.6, 14.4), "float32"),
+    # the same kernels in both, bf16 4% behind by noise: a tie, which bf16 takes
+    ((1.0, 1.0, 1.0, 4.0, 16.0), (1.04, 1.04, 1.04, 4.16, 16.64), "bfloat16"),
+    # fp32 ahead by more than BF16_TIE
+    ((1.0, 1.0, 1.0, 4.0, 16.0), (1.07, 1.07, 1.07, 4.28, 17.12), "float32"),
 ])
 def test_every_bucket_counts_by_its_slowdown(tiny_models: dict[str, Path], monkeypatch,
                                              fp32: tuple[float, ...], bf16: tuple[float, ...],
