@@ -53,6 +53,11 @@ MAX_RATIO = 8.0
 BF16_TIE = 1.05
 
 
+# a step's matmul seconds per bucket, "measured" or "cached", and the chosen kernels' names
+# where each rounds its inputs to int8 (else None)
+Timed = tuple[tuple[float, ...], str, tuple[str, ...] | None]
+
+
 @dataclass(frozen=True)
 class DtypeChoice:
     """The dtype an ``auto`` engine runs in, and why."""
@@ -90,7 +95,8 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
                            remeasure=True)
     if timed is None:
         return DtypeChoice("float32", "bf16 not measured (the time budget ran out)")
-    (fp32, fp32_how), (bf16, bf16_how) = timed["float32"], timed["bfloat16"]
+    (fp32, fp32_how, fp32_int8), (bf16, bf16_how, bf16_int8) = (timed["float32"],
+                                                                timed["bfloat16"])
     fastest = [min(a, b) for a, b in zip(fp32, bf16, strict=True)]
     slowdown = {name: sum(t / f for t, f in zip(ts, fastest, strict=True)) / len(ts)
                 for name, ts in (("float32", fp32), ("bfloat16", bf16))}
@@ -104,6 +110,10 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
            f"{decode} rows: bf16 {_decode_ms(bf16)} ms, fp32 {_decode_ms(fp32)} ms")
     if _implausible(timed):
         why += f"; still over {MAX_RATIO:.0f}x apart when timed again: the host was busy"
+    if fp32_int8 is not None and fp32_int8 == bf16_int8:
+        return DtypeChoice("bfloat16", "auto: the same kernels in both dtypes, each rounding its "
+                           "inputs to int8 (the same arithmetic: timings apart by noise alone), "
+                           "and bf16 halves the KV cache's and activations' bytes; " + why)
     fp32_ahead = slowdown["bfloat16"] > BF16_TIE * slowdown["float32"]
     return DtypeChoice("float32" if fp32_ahead else "bfloat16", why)
 
@@ -121,10 +131,11 @@ def model_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
 def _time_both(cfg: ModelConfig, shapes: dict[str, tuple[int, int]], shared: set[str],
                device: torch.device, quantization: str | None, cache: Path | None,
                budget_s: float, remeasure: bool,
-               ) -> dict[str, tuple[tuple[float, ...], str]] | None:
-    """dtype -> (a step's matmul seconds per bucket, measured or cached); None where the budget
-    ran out. Each dtype gets the same budget and its own warm-up (kernel_choice)."""
-    out: dict[str, tuple[tuple[float, ...], str]] = {}
+               ) -> dict[str, Timed] | None:
+    """dtype -> (a step's matmul seconds per bucket, measured or cached, the chosen kernels'
+    names where every one rounds its inputs to int8); None where the budget ran out. Each dtype
+    gets the same budget and its own warm-up (kernel_choice)."""
+    out: dict[str, Timed] = {}
     for dtype in (torch.float32, torch.bfloat16):  # the weight-only kernels timed as they run
         choice = kernel_choice.choose(shapes, device, dtype, quantization, shared=shared,
                                       cache=cache, budget_s=budget_s, remeasure=remeasure,
@@ -141,7 +152,10 @@ def _time_both(cfg: ModelConfig, shapes: dict[str, tuple[int, int]], shared: set
         per_step = tuple(sum(ts[b] * weight[role] for role, ts in seconds.items())
                          for b in range(len(BUCKETS)))
         how = "cached" if choice.source.startswith("cached") else "measured"
-        out[str(dtype).removeprefix("torch.")] = (per_step, how)
+        chosen = [k for ks in choice.kernels.values() for k in ks]
+        int8 = tuple(k.name for k in chosen) if chosen and all(
+            k.rounds_inputs or k.unrounded_twin_of for k in chosen) else None
+        out[str(dtype).removeprefix("torch.")] = (per_step, how, int8)
     return out
 
 
@@ -153,7 +167,7 @@ def _decode_ms(seconds: tuple[float, ...]) -> str:
     return "/".join(f"{seconds[b] * 1e3:.1f}" for b in DECODE)
 
 
-def _implausible(timed: dict[str, tuple[tuple[float, ...], str]]) -> bool:
+def _implausible(timed: dict[str, Timed]) -> bool:
     """Whether the two dtypes' decode times are further apart than any kernel pair measured so
     far allows."""
     a, b = _decode_s(timed["float32"][0]), _decode_s(timed["bfloat16"][0])

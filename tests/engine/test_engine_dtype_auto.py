@@ -147,8 +147,8 @@ def test_every_bucket_counts_by_its_slowdown(tiny_models: dict[str, Path], monke
                                              fp32: tuple[float, ...], bf16: tuple[float, ...],
                                              want: str) -> None:
     monkeypatch.setattr(dtype_choice, "bf16_fast", lambda: True)
-    timed = {"float32": (tuple(t * 1e-3 for t in fp32), "k, measured"),
-             "bfloat16": (tuple(t * 1e-3 for t in bf16), "k, measured")}
+    timed = {"float32": (tuple(t * 1e-3 for t in fp32), "k, measured", None),
+             "bfloat16": (tuple(t * 1e-3 for t in bf16), "k, measured", None)}
     monkeypatch.setattr(dtype_choice, "_time_both", lambda *args, **kwargs: timed)
     cfg = model_sized(ModelConfig.from_dir(tiny_models["llama"]))
     choice = choose_dtype(cfg, CPU, "int4")
@@ -156,6 +156,25 @@ def test_every_bucket_counts_by_its_slowdown(tiny_models: dict[str, Path], monke
     decode = (f"bf16 {'/'.join(f'{t:.1f}' for t in bf16[:3])} ms, "
               f"fp32 {'/'.join(f'{t:.1f}' for t in fp32[:3])} ms")
     assert choice.reason.endswith(decode), choice.reason
+
+
+@pytest.mark.parametrize(("bf16_kernels", "want"), [
+    (("int4-panels", "int8-wo-panels-split"), "bfloat16"),  # the same int8 arithmetic
+    (("int4-panels", "int8-wo"), "float32"),  # another kernel: the timings decide
+])
+def test_the_same_int8_kernels_in_both_dtypes_take_bf16(
+        tiny_models: dict[str, Path], monkeypatch, bf16_kernels: tuple[str, ...],
+        want: str) -> None:
+    monkeypatch.setattr(dtype_choice, "bf16_fast", lambda: True)
+    int8 = ("int4-panels", "int8-wo-panels-split")
+    timed = {"float32": ((1e-3,) * 5, "measured", int8),  # fp32 20% ahead, by noise
+             "bfloat16": ((1.2e-3,) * 5, "measured",
+                          bf16_kernels if bf16_kernels == int8 else None)}
+    monkeypatch.setattr(dtype_choice, "_time_both", lambda *args, **kwargs: timed)
+    cfg = model_sized(ModelConfig.from_dir(tiny_models["llama"]))
+    choice = choose_dtype(cfg, CPU, "int4")
+    assert choice.dtype == want
+    assert ("the same kernels in both dtypes" in choice.reason) == (want == "bfloat16")
 
 
 def test_a_step_counts_each_layer_per_layer_and_a_trimmed_one_at_its_width(
@@ -180,6 +199,6 @@ def test_a_step_counts_each_layer_per_layer_and_a_trimmed_one_at_its_width(
     assert timed is not None
     # q/k/v, o and down once a layer, gate|up twice (timed on half its rows), the head once
     step = (3 + 2) * cfg.num_layers * 2e-3 + 1e-3
-    for seconds, how in timed.values():
+    for seconds, how, _ in timed.values():
         assert how == "measured"
         assert seconds == pytest.approx((step,) * len(BUCKETS))
