@@ -111,7 +111,7 @@ def choose_dtype(cfg: ModelConfig, device: torch.device, quantization: str | Non
     if _implausible(timed):
         why += f"; still over {MAX_RATIO:.0f}x apart when timed again: the host was busy"
     if fp32_int8 is not None and fp32_int8 == bf16_int8:
-        return DtypeChoice("bfloat16", "auto: the same kernels in both dtypes, each rounding its "
+        return DtypeChoice("bfloat16", "the same kernels in both dtypes, each rounding its "
                            "inputs to int8 (the same arithmetic: timings apart by noise alone), "
                            "and bf16 halves the KV cache's and activations' bytes; " + why)
     fp32_ahead = slowdown["bfloat16"] > BF16_TIE * slowdown["float32"]
