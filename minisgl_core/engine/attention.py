@@ -264,11 +264,11 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        ws: Workspace, scale: float | None) -> torch.Tensor:
     tp, hq, d = q.shape
     native = g.causal and prefill_attention.preferred(hq, k.shape[1], d, q.dtype)
+    native_scale = d ** -0.5 if scale is None else scale
     if g.fresh_causal:  # [1, H, n, D] straight from the new rows
         if kv_int8.is_int8(k_cache):  # as stored: the same keys a later chunk or a cache hit sees
             k, v = kv_int8.fake_quantize(k), kv_int8.fake_quantize(v)
-        o = prefill_attention.run(q, k, v, d ** -0.5 if scale is None else scale) if native \
-            else None
+        o = prefill_attention.run(q, k, v, native_scale) if native else None
         if o is not None:
             return o
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
@@ -281,7 +281,7 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     keys = gathered(k_cache, g.kv_index, kb, g.batch, g.kv_len)
     vals = gathered(v_cache, g.kv_index, vb, g.batch, g.kv_len)
     if native:  # one sequence: the buffers hold its keys as rows [kv_len, Hkv, D]
-        o = prefill_attention.run(q, kb, vb, d ** -0.5 if scale is None else scale)
+        o = prefill_attention.run(q, kb, vb, native_scale)
         if o is not None:
             return o
     if g.q_pad is None:
