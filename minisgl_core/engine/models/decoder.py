@@ -322,12 +322,15 @@ class DecoderForCausalLM:
         return self.embed_rows.rows(input_ids, self.dtype)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""
+        """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``, fp32
+        where the head takes fp32 rows at no cost (``Linear.fp32_rows``)."""
+        assert self.lm_head is not None
         if self.deterministic:
             h = invariant.rms_norm(hidden, self.norm, self.cfg.rms_norm_eps)
+        elif self.lm_head.fp32_rows and self.norm32 is not None:
+            h = rms_norm(hidden.float(), self.norm32, self.norm32, self.cfg.rms_norm_eps)
         else:
             h = rms_norm(hidden, self.norm, self.norm32, self.cfg.rms_norm_eps)
-        assert self.lm_head is not None
         return self.lm_head(h)
 
     def describe(self) -> dict[str, Any]:

@@ -164,10 +164,12 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and the (tied, unscaled) LM head: ``[N, H] -> [N, V]``, soft-capped when
-        the config says so."""
-        h = F.rms_norm(hidden, (self.cfg.hidden_size,), self.norm, self.cfg.rms_norm_eps)
+        the config says so; fp32 where the head takes fp32 rows at no cost
+        (``Linear.fp32_rows``)."""
         assert self.lm_head is not None
-        out = self.lm_head(h)
+        fp32 = self.lm_head.fp32_rows
+        x, w = (hidden.float(), self.norm.float()) if fp32 else (hidden, self.norm)
+        out = self.lm_head(F.rms_norm(x, (self.cfg.hidden_size,), w, self.cfg.rms_norm_eps))
         if self.softcap:
             cap = float(self.softcap)
             out = torch.tanh(out / cap) * cap

@@ -56,6 +56,9 @@ class Kernel:
     # True: the layout keeps a second copy of the weight beside the first (matmul/wo_copy.py):
     # offered only where its bytes fit, taken only where it is clearly faster
     copies = False
+    # True: takes fp32 rows at the cost of bf16 ones, whatever dtype it was chosen in, and
+    # returns its fp32 sums unrounded: an LM head of such kernels gives fp32 logits
+    fp32_rows = False
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         """Whether this kernel works (and gives right answers) here."""

@@ -232,6 +232,8 @@ class WeightOnlyNative(WeightOnlyKernel):
 
     def __init__(self, scheme: str) -> None:
         self.name = self.layout = self.scheme = self.quantized = scheme
+        # int8 converts bf16 rows to fp32 first; int4 has a bf16 path of its own (AVX512-BF16)
+        self.fp32_rows = scheme != "int4"
 
     def available(self, device: torch.device, dtype: torch.dtype) -> bool:
         if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):

@@ -175,6 +175,7 @@ class WeightOnlyPanels(WeightOnlyKernel):
     AVX512-VNNI, or AVX2 for int4; fp32 or bf16 inputs)."""
 
     rounds_inputs = True
+    fp32_rows = True
 
     def __init__(self, scheme: str = "int4") -> None:
         self.scheme = self.quantized = scheme
@@ -235,6 +236,7 @@ class WeightOnlyPanelsDequant(WeightOnlyPanels):
     inputs not rounded (CPU with AVX512-BF16, bf16 inputs, from 17 rows)."""
 
     rounds_inputs = False
+    fp32_rows = False  # bf16 rows only
 
     def __init__(self, scheme: str = "int4") -> None:
         super().__init__(scheme)

@@ -42,6 +42,7 @@ class WeightOnlyPanelsAmx(WeightOnlyPanels):
     at one the panels' own kernel reads the bytes faster)."""
 
     rounds_inputs = False
+    fp32_rows = False  # bf16 rows only
 
     def __init__(self) -> None:
         super().__init__("int4")
