@@ -17,7 +17,7 @@ import torch
 
 from minisgl_core.engine import prompt_logprobs, quantization_choice
 from minisgl_core.engine.admission import Limits, admit
-from minisgl_core.engine.attention import Workspace, build_metadata
+from minisgl_core.engine.attention import Workspace, build_metadata, choose_prefill_kernel
 from minisgl_core.engine.batching import Batcher
 from minisgl_core.engine.compile_choice import resolve_compile
 from minisgl_core.engine.compiled import CompiledDecode
@@ -102,6 +102,8 @@ class Engine:
                                                           self.dtype, config.kv_cache_dtype))
         self.allocator = PageAllocator(self.num_pages)
         self.workspace = Workspace(kv_heads, cfg.head_dim, self.dtype, self.device)
+        choose_prefill_kernel(int(getattr(self.model, "num_q_heads", cfg.num_heads)), kv_heads,
+                              cfg.head_dim, self.dtype, self.device)
         self.sampler = Sampler(self.vocab_size, self.device, config.seed, self.eos_token_ids)
         self.batcher = Batcher(self.allocator, self.page_size, config.max_running_requests,
                                config.max_prefill_tokens, config.cache)

@@ -1,7 +1,8 @@
 """A prefill chunk's causal attention over one sequence by the native kernel
 (csrc/avx512/prefill_attention.c, bf16 on AVX512-BF16), where it measured faster than torch's
-SDPA for the model's heads on this host: measured once a process per head shape, since SDPA's
-own kernel is fast on some hosts (AMX's tiles) and slow on others (61 GFLOP/s on Zen 4).
+SDPA for the model's heads on this host: measured once a process per head shape (the engine
+does it as it loads), since SDPA's own kernel is fast on some hosts (AMX's tiles) and slow on
+others (61 GFLOP/s on Zen 4).
 """
 
 from __future__ import annotations

@@ -149,3 +149,14 @@ def test_a_steps_mask_is_made_additive_once_for_all_its_layers() -> None:
     torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
                                F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
                                rtol=0, atol=0)
+
+
+def test_an_engine_measures_the_prefill_kernel_when_it_loads(make_engine, monkeypatch) -> None:
+    """The native kernel against SDPA for the model's heads is measured before any request:
+    the first prompt's step does not pay for it."""
+    asked = []
+    monkeypatch.setattr(prefill_attention, "preferred", lambda *a: asked.append(a) or False)
+    engine = make_engine("qwen3", dtype="bfloat16")
+    m = engine.model
+    assert asked == [(m.num_q_heads, m.num_kv_heads, m.cfg.head_dim, torch.bfloat16)]
+    assert m.num_q_heads == m.cfg.num_heads and m.num_q_heads > m.num_kv_heads  # grouped

@@ -138,6 +138,7 @@ class DecoderForCausalLM:
         self.shard: Shard = shard(cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, size,
                                   rank)
         self.num_kv_heads = self.shard.num_kv  # this rank's KV heads (its KV pool's width)
+        self.num_q_heads = self.shard.num_q  # this rank's query heads
         self.layers: list[Layer] = []
         self.quantization = quantization
         # each role's kernel per row bucket: given by the engine (use_kernels) before the
