@@ -61,6 +61,9 @@ def test_compare_writes_results(tmp_path: Path) -> None:
     assert host["read_gb_s"] > 0 and host["fp32_gflop_s"] > 0 and host["quantization"] == "fp32"
     assert set(host["roofline_tok_s"]) == {"1", "2"}
     assert "Host ceilings, measured in this run" in md
+    # measured before and after the levels; the rooflines use the better reading
+    reads = host["read_gb_s_readings"]
+    assert len(reads) == 2 and host["read_gb_s"] == max(reads) and "before and after" in md
 
 
 def test_unknown_mode_exits_2_naming_the_modes() -> None:

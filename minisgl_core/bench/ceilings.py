@@ -37,6 +37,14 @@ class Ceilings:
     int8_gop_s: float  # 0 when no int8 kernel works here
     bf16_gflop_s: float = 0.0  # 0 when not measured (bf16 emulated here)
 
+    def best(self, other: Ceilings) -> Ceilings:
+        """Each rate the higher of two measurements: this host's memory read moved by up to 1.7x
+        within one session (28-47 GB/s on a 2-core Zen 4), so a run's ceilings are its best."""
+        return Ceilings(self.threads, max(self.read_gb_s, other.read_gb_s),
+                        max(self.fp32_gflop_s, other.fp32_gflop_s),
+                        max(self.int8_gop_s, other.int8_gop_s),
+                        max(self.bf16_gflop_s, other.bf16_gflop_s))
+
     @property
     def float_gflop_s(self) -> float:
         """The faster floating-point GEMM rate: fp32's, or bf16's where that is faster."""
@@ -193,18 +201,28 @@ def gguf_cost(path: str | Path) -> ModelCost:
     return ModelCost(size, fp32, int8)
 
 
-def host_rooflines(model_dir: str, quantization: str | None, levels: Sequence[int],
-                   schemes: Sequence[str | None] = (),
-                   ggufs: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
-    """The host's ceilings, measured now with every core, and the model's roofline per level
-    (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
-    compute rate is not measured, and for each label of ``ggufs`` from its file's own
-    bytes)."""
+def measure_all_cores() -> Ceilings:
+    """``measure()`` with every core, as the services run; the line printed as progress."""
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
     host = measure()
-    print(f"bench compare: {host.line()}", file=sys.stderr, flush=True)  # progress
+    print(f"bench compare: {host.line()}", file=sys.stderr, flush=True)
+    return host
+
+
+def host_rooflines(model_dir: str, quantization: str | None, levels: Sequence[int],
+                   schemes: Sequence[str | None] = (),
+                   ggufs: Mapping[str, str | Path] | None = None,
+                   readings: Sequence[Ceilings] = ()) -> dict[str, Any]:
+    """The host's ceilings, the best of ``readings`` (measured now when none), and the model's
+    roofline per level (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but
+    bf16, whose compute rate is not measured, and for each label of ``ggufs`` from its file's
+    own bytes). ``read_gb_s_readings``: each reading's memory read, in order."""
+    readings = list(readings) or [measure_all_cores()]
+    host = readings[0]
+    for other in readings[1:]:
+        host = host.best(other)
 
     def roofline(cost: ModelCost) -> dict[str, dict[str, Any]]:
         roof = {str(c): cost.roofline(host, c) for c in levels}
@@ -216,5 +234,6 @@ def host_rooflines(model_dir: str, quantization: str | None, levels: Sequence[in
     base = of_scheme(quantization)
     others = {s: of_scheme(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
     others.update({label: roofline(gguf_cost(path)) for label, path in (ggufs or {}).items()})
-    return {**host.as_dict(), "quantization": quantization or "fp32",
+    return {**host.as_dict(), "read_gb_s_readings": [r.read_gb_s for r in readings],
+            "quantization": quantization or "fp32",
             "roofline_tok_s": base["tok_s"], "bound": base["bound"], "rooflines": others}

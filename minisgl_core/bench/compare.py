@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from minisgl_core.bench.ceilings import host_rooflines
+from minisgl_core.bench.ceilings import host_rooflines, measure_all_cores
 from minisgl_core.bench.compare_report import markdown, plot
 from minisgl_core.bench.compare_service import (
     MODES,
@@ -179,8 +179,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         schemes = [svc.scheme for svc in running] + [
             spec.scheme for spec in peer_specs if spec.gguf is None]
         files = {spec.scheme: spec.gguf for spec in peer_specs if spec.gguf and spec.scheme}
-        results["ceilings"] = host_rooflines(model_dir, quantization, concurrency, schemes,
-                                             files)
+        first = measure_all_cores()  # again after the levels: the host's speed moves
         for c in concurrency:
             offline_runs = []
             for _ in range(repeat):
@@ -192,6 +191,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             if offline_runs:
                 results["offline"].append(median_run(offline_runs))
                 results["offline_runs"].append(offline_runs)
+        results["ceilings"] = host_rooflines(model_dir, quantization, concurrency, schemes,
+                                             files, (first, measure_all_cores()))
     finally:
         results["service"] = [svc.finish() for svc in running]
         results["peers"] = [peer.finish() for peer in others]

@@ -89,8 +89,11 @@ def _ceiling_line(host: dict[str, Any]) -> str:
     roofs = {host["quantization"]: {"tok_s": host["roofline_tok_s"], "bound": host["bound"]},
              **host.get("rooflines", {})}
     text = "; ".join(f"{scheme} {levels(roof)}" for scheme, roof in roofs.items())
+    reads = host.get("read_gb_s_readings", [])
+    when = (" (the better of " + " and ".join(f"{r:.1f}" for r in reads) + ", before and after "
+            "the levels; each rate the better of its two)" if len(reads) == 2 else "")
     return (f"Host ceilings, measured in this run with {host['threads']} threads: memory read "
-            f"{host['read_gb_s']:.1f} GB/s, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, "
+            f"{host['read_gb_s']:.1f} GB/s{when}, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, "
             f"bf16 GEMM {host.get('bf16_gflop_s', 0.0):.0f} GFLOP/s, int8 GEMM "
             f"{host['int8_gop_s']:.0f} GOP/s; the model's roofline by weight format and "
             f"level (a GGUF's from the bytes its matrices are stored in; bf16 rows have none): "

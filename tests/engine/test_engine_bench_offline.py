@@ -67,6 +67,10 @@ def test_roofline_is_bandwidth_at_batch_1_and_compute_when_large() -> None:
     assert fp32.roofline(amx, 4) == (pytest.approx(2.0), "bandwidth")
     assert fp32.roofline(amx, 8) == (pytest.approx(4.0), "compute")
     assert "bf16 GEMM 4 GFLOP/s" in amx.line()
+    # two readings of a run: each rate the better of its two
+    assert host.best(amx) == Ceilings(1, 1.0, 1.0, 4.0, 4.0)
+    slow = Ceilings(threads=1, read_gb_s=0.5, fp32_gflop_s=2.0, int8_gop_s=1.0)
+    assert slow.best(host) == Ceilings(1, 1.0, 2.0, 4.0, 0.0) == host.best(slow)
 
 
 def test_offline_benchmark_runs_each_dtype_and_says_what_auto_chose(
