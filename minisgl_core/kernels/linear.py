@@ -66,7 +66,7 @@ class Linear:
     def fp32_rows(self) -> bool:
         """Whether every bucket's kernel takes fp32 rows at the cost of bf16 ones and returns its
         fp32 sums unrounded. An LM head then gives fp32 logits whatever the activations: bf16
-        keeps 8 bits of a logit, so near-equal tokens (within 1/128 of a logit's size) tie and
+        keeps 8 significant bits of a logit, so near-equal tokens (within 1/128 of its size) tie and
         greedy decoding takes the lower id, where the head's own sums tell them apart."""
         return all(k.fp32_rows for k in self.kernels)
 
