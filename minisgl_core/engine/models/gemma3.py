@@ -115,7 +115,7 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
         """As the base class (the LM head tied to the unscaled embedding), layers below."""
         super().load_weights(ckpt)
         self.norm = self.norm + 1.0
-        self.norm32 = None  # its logits norm with F.rms_norm on 1 + weight
+        self.norm32 = self.norm.float()  # 1 + weight, for the fp32 logits (F.rms_norm)
 
     def _load_layer(self, ckpt: Checkpoint, i: int) -> GemmaLayer:
         base = super()._load_layer(ckpt, i)  # q/k/v, o, gate/up, down (sharded), q/k norms
@@ -168,7 +168,7 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
         (``Linear.fp32_rows``)."""
         assert self.lm_head is not None
         fp32 = self.lm_head.fp32_rows
-        x, w = (hidden.float(), self.norm.float()) if fp32 else (hidden, self.norm)
+        x, w = (hidden.float(), self.norm32) if fp32 else (hidden, self.norm)
         out = self.lm_head(F.rms_norm(x, (self.cfg.hidden_size,), w, self.cfg.rms_norm_eps))
         if self.softcap:
             cap = float(self.softcap)
