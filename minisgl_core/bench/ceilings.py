@@ -211,15 +211,13 @@ def measure_all_cores() -> Ceilings:
     return host
 
 
-def host_rooflines(model_dir: str, quantization: str | None, levels: Sequence[int],
-                   schemes: Sequence[str | None] = (),
-                   ggufs: Mapping[str, str | Path] | None = None,
-                   readings: Sequence[Ceilings] = ()) -> dict[str, Any]:
-    """The host's ceilings, the best of ``readings`` (measured now when none), and the model's
-    roofline per level (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but
-    bf16, whose compute rate is not measured, and for each label of ``ggufs`` from its file's
-    own bytes). ``read_gb_s_readings``: each reading's memory read, in order."""
-    readings = list(readings) or [measure_all_cores()]
+def host_rooflines(readings: Sequence[Ceilings], model_dir: str, quantization: str | None,
+                   levels: Sequence[int], schemes: Sequence[str | None] = (),
+                   ggufs: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
+    """The host's ceilings, the best of ``readings`` (at least one), and the model's roofline
+    per level (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
+    compute rate is not measured, and for each label of ``ggufs`` from its file's own bytes).
+    ``read_gb_s_readings``: each reading's memory read, in order."""
     host = readings[0]
     for other in readings[1:]:
         host = host.best(other)

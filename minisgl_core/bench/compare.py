@@ -191,8 +191,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             if offline_runs:
                 results["offline"].append(median_run(offline_runs))
                 results["offline_runs"].append(offline_runs)
-        results["ceilings"] = host_rooflines(model_dir, quantization, concurrency, schemes,
-                                             files, (first, measure_all_cores()))
+        results["ceilings"] = host_rooflines((first, measure_all_cores()), model_dir,
+                                             quantization, concurrency, schemes, files)
     finally:
         results["service"] = [svc.finish() for svc in running]
         results["peers"] = [peer.finish() for peer in others]
