@@ -72,14 +72,16 @@ def test_grpc_cancel_frees_pages(both: tuple[RunningService, str]) -> None:
     # The tiny model can finish 400 tokens before a cancel sent at the first message reaches
     # the scheduler: the scheduler is frozen while the cancel travels, so it finds the abort in
     # its inbox before its next step; a few tries (bounded) cover a client too slow to see the
-    # first message before the last token.
-    for _ in range(5):
+    # first message before the last token, and a loaded host's slower way to the scheduler.
+    for attempt in range(5):
         with grpc.insecure_channel(url) as channel:
             call = pb2_grpc.GeneratorStub(channel).Generate(request, timeout=60)
             for _ in call:
                 with svc.paused("scheduler"):
                     call.cancel()
-                    time.sleep(0.2)  # the cancel's way to the scheduler's socket takes ms
+                    # the cancel's way to the scheduler's socket takes ms; longer at each try,
+                    # for a host busy with other tests (0.2 s did not do on one, 5 times)
+                    time.sleep(0.2 * 2 ** attempt)
                 break
         m = svc.wait_metrics(_idle, what="the service idle")
         assert _idle(m), m  # pages back whether the cancel or the length limit ended it

@@ -39,13 +39,14 @@ int wo_int4_bf16(const uint16_t *x, int T, int in, const uint8_t *q, const uint1
                  const uint16_t *mn, int out, float *y, int threads);
 int wo_int4_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn, int in,
                          int a, int b, uint16_t *out, int threads);
-/* the same from int4 weights in 16-output panels (wo_int4_panels' q, scale and mn) */
+/* the same from int4 weights in 16-output panels (wo_int4_panels' q, scale and mn, mn NULL
+ * there too) */
 int wo_int4_panels_dequant_bf16(const uint8_t *q, const uint16_t *scale, const uint16_t *mn,
                                 int in, int a, int b, uint16_t *out, int threads);
 
 /* int4 weights repacked at load into 16-output panels (q [panels][groups][4][16][4] bytes,
- * scale and mn fp16 [panels][groups][16]) against int8 inputs (each row rounded in groups of 32
- * inputs), any row count, on AVX512-VNNI's dot product or AVX2's (wo_panels.c); x, y and
+ * scale and mn fp16 [panels][groups][16]; mn NULL: Q4_0's symmetric weights, min = -8 scale)
+ * against int8 inputs (each row rounded in groups of 32 inputs), any row count, on AVX512-VNNI's dot product or AVX2's (wo_panels.c); x, y and
  * residual (or NULL) fp32, or bf16 with x_bf16 / y_bf16; 0 done, -1 not on this CPU */
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
@@ -67,7 +68,7 @@ int wo_int8_panels_split(const void *x, int x_bf16, int T, int in, const uint8_t
 int wo_amx_int4(const uint16_t *x, int T, int in, const uint8_t *q, const uint16_t *scale,
                 const uint16_t *mn, int out, void *y, int y_bf16, const void *residual,
                 int threads);
-/* int4 in 16-output panels (wo_int4_panels' layout) the same way */
+/* int4 in 16-output panels (wo_int4_panels' layout, mn NULL there too) the same way */
 int wo_amx_int4_panels(const uint16_t *x, int T, int in, const uint8_t *q,
                        const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                        const void *residual, int threads);

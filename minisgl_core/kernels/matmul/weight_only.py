@@ -5,8 +5,9 @@ The weights are quantized once at load; activations stay in the engine's dtype (
 - ``int8-wo``: symmetric per output channel, ``W[o, i] ~= q[o, i] * scale[o]`` (w8a8.py's
   ``quantize_weight``): 1 byte a weight.
 - ``int4``: groups of GROUP inputs of an output row, ``W ~= nib * scale + min`` with a 4-bit
-  ``nib`` and fp16 scale and min per group (ggml's Q4_1, 0.625 bytes a weight). The symmetric
-  variant (Q4_0: ``min = -8 scale``) runs on the same kernel; ``SYMMETRIC`` says which is used.
+  ``nib`` and fp16 scale and min per group (ggml's Q4_1, 0.625 bytes a weight). A weight that
+  already is Q4_0's (``min = -8 scale``: a Q4_0 GGUF's) is kept so, and the panels (wo_panels.py)
+  then keep no min: 0.5625 bytes a weight.
 
 Each scheme has one packed layout and up to four kernels on it, timed against each other per
 row bucket by choice.py: the native one (csrc/portable/wo_matmul.c: reads the packed weight once
@@ -33,10 +34,10 @@ from minisgl_core.kernels.native import library as native
 
 log = logging.getLogger(__name__)
 GROUP = 32  # inputs per int4 group (fixed in csrc/portable/wo_matmul.h)
-# Q4_1 (scale and min per group) rather than Q4_0 (symmetric): on the default model's weights
-# its round-trip error is lower (docs/design/kernels.md, 6. Weight-only int8 and int4), at the
-# same bytes here (both keep a min).
-SYMMETRIC = False
+# float weights get Q4_1 (scale and min per group) rather than Q4_0 (symmetric): on the default
+# model's weights its round-trip error is lower (docs/design/kernels.md, 6. Weight-only int8 and
+# int4); a weight that is Q4_0's already keeps it (exactly, and without mins in the panels)
+Q4_0_SLACK = 1 / 16  # |w / scale - its nearest integer| of a Q4_0 weight in bf16: at most 8 x 2^-8
 # what torch.profiler calls the native kernels' time (bench/profile.py counts it as matmul)
 PROFILE_NAMES = ("minisgl::wo_int8", "minisgl::wo_int4", "minisgl::wo_amx", "minisgl::wo_gemm",
                  "minisgl::wo_panels")
@@ -55,30 +56,59 @@ class Int8Weight:
 class Int4Weight:
     """``q [out, groups, 16]`` uint8 (two nibbles a byte, see csrc/portable/wo_matmul.c),
     ``scale`` and ``min`` ``[out, groups]`` fp16; ``in_features`` may be less than
-    ``groups * GROUP``."""
+    ``groups * GROUP``; ``symmetric``: Q4_0's, every ``min`` is ``-8 scale``."""
 
     q: torch.Tensor
     scale: torch.Tensor
     min: torch.Tensor
     in_features: int
+    symmetric: bool = False
 
 
-def quantize_int4(weight: torch.Tensor, symmetric: bool = SYMMETRIC) -> Int4Weight:
-    """``W [out, in]`` -> groups of GROUP inputs, 4 bits each (the last group zero-padded)."""
+def q4_0_steps(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_0's fp16 scale of each group of ``w [out, groups, GROUP]`` (its value of largest
+    magnitude maps to -8), ``[out, groups]``, and ``w`` in steps of it (fp32, the shape of
+    ``w``; a zero group's are zeros)."""
+    big = w.gather(2, w.abs().argmax(2, keepdim=True)).squeeze(2)
+    scale = (big / -8.0).half()
+    s = scale.float()
+    return scale, w / s.where(s != 0, torch.ones(()))[..., None]
+
+
+def on_q4_0_grid(steps: torch.Tensor) -> bool:
+    """Whether weights in steps of their Q4_0 scale (``q4_0_steps``) are whole steps -8..7, up
+    to a bf16 rounding of each (a Q4_0 GGUF's weights, in the engine's dtype). A float weight's
+    are not: each of a group's 31 other values would have to lie within 1/16 of a step."""
+    return bool(((steps - steps.round()).abs() <= Q4_0_SLACK).all()
+                and (steps <= 7 + Q4_0_SLACK).all())
+
+
+def is_q4_0(w: torch.Tensor) -> bool:
+    """Whether ``w [out, groups, GROUP]`` is a Q4_0 weight (``on_q4_0_grid``)."""
+    return on_q4_0_grid(q4_0_steps(w)[1])
+
+
+def quantize_int4(weight: torch.Tensor, symmetric: bool | None = None) -> Int4Weight:
+    """``W [out, in]`` -> groups of GROUP inputs, 4 bits each (the last group zero-padded):
+    Q4_0's (``symmetric``) or Q4_1's; None: Q4_0's where the weight is Q4_0's already
+    (``is_q4_0``; its first rows tell a float weight cheaply), else Q4_1's."""
     out, inp = weight.shape
     groups = -(-inp // GROUP)
     w = torch.nn.functional.pad(weight.float(), (0, groups * GROUP - inp)).view(out, groups, GROUP)
-    if symmetric:  # Q4_0: the value of largest magnitude maps to -8
-        big = w.gather(2, w.abs().argmax(2, keepdim=True)).squeeze(2)  # [out, groups]
-        scale = (big / -8.0).half()
-        lo = -8.0 * scale.float()
-    else:  # Q4_1: [min, max] onto 0..15
-        lo = w.amin(2)
-        scale = ((w.amax(2) - lo) / 15.0).half()
-    mins = lo.half()
+    if symmetric is None and not is_q4_0(w[:8]):
+        symmetric = False
+    if symmetric is not False:  # Q4_0: the value of largest magnitude maps to -8
+        scale, steps = q4_0_steps(w)
+        if symmetric or on_q4_0_grid(steps):
+            mins = (-8.0 * scale.float()).half()
+            nib = (steps.round_() + 8).clamp_(0, 15).to(torch.uint8)
+            q = nib[..., :16] | (nib[..., 16:] << 4)  # [out, groups, 16]
+            return Int4Weight(q.contiguous(), scale.contiguous(), mins.contiguous(), inp, True)
+    lo = w.amin(2)  # Q4_1: [min, max] onto 0..15
+    scale, mins = ((w.amax(2) - lo) / 15.0).half(), lo.half()
     s = scale.float().where(scale != 0, torch.ones(()))  # a constant group: every nib 0
     nib = torch.round((w - mins.float()[..., None]) / s[..., None]).clamp_(0, 15).to(torch.uint8)
-    q = nib[..., :16] | (nib[..., 16:] << 4)  # [out, groups, 16]
+    q = nib[..., :16] | (nib[..., 16:] << 4)
     return Int4Weight(q.contiguous(), scale.contiguous(), mins.contiguous(), inp)
 
 

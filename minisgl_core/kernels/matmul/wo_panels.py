@@ -2,7 +2,8 @@
 AVX512-VNNI (csrc/avx512/wo_panels.c; int4 also on AVX2, csrc/avx2/wo_panels_avx2.c): one
 layout and one kernel for every row count.
 
-The panels hold the scheme's very integers, scales and mins (so the same bytes), reordered so
+The panels hold the scheme's very integers, scales and mins (so the same bytes; Q4_0's
+symmetric weights no mins, which the kernels take as -8 x the scale), reordered so
 that 64 bytes hold 4 inputs of 16 outputs (int4: their nibble pairs, 8 inputs; int8: the bytes
 plus 128, vpdpbusd's unsigned side): each weight byte is read once a call whatever the rows, a
 vpdpbusd multiplies 64 weights by 4 input bytes broadcast, and a panel's 16 sums are one
@@ -57,8 +58,9 @@ def q8_rows(x: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class Int4Panels:
     """``q [panels, groups, 4, 16, 4]`` uint8 (dword k of lane l: output ``16 p + l``'s group
-    bytes ``4k..4k+3``), ``scale`` and ``min`` ``[panels, groups, 16]`` fp16; outputs past
-    ``out_features`` are zeros."""
+    bytes ``4k..4k+3``), ``scale`` and ``min`` ``[panels, groups, 16]`` fp16, ``min`` empty for
+    a symmetric (Q4_0) weight (its data pointer is then NULL, which the kernels read as ``-8
+    scale``); outputs past ``out_features`` are zeros."""
 
     q: torch.Tensor
     scale: torch.Tensor
@@ -66,9 +68,15 @@ class Int4Panels:
     in_features: int
     out_features: int
 
+    @property
+    def symmetric(self) -> bool:
+        """Q4_0's weight: no mins kept, each is ``-8 scale``."""
+        return self.min.numel() == 0
+
 
 def to_panels(w: Int4Weight) -> Int4Panels:
-    """The int4 weight ``w`` reordered into panels (no value changes)."""
+    """The int4 weight ``w`` reordered into panels (no value changes; a symmetric one's mins
+    left out)."""
     out, groups, _ = w.q.shape
     pad = -out % PANEL
     q = torch.nn.functional.pad(w.q, (0, 0, 0, 0, 0, pad))  # [out_p, groups, 16]
@@ -79,7 +87,8 @@ def to_panels(w: Int4Weight) -> Int4Panels:
         t = torch.nn.functional.pad(t, (0, 0, 0, pad))
         return t.view(panels, PANEL, groups).permute(0, 2, 1).contiguous()
 
-    return Int4Panels(q, per_group(w.scale), per_group(w.min), w.in_features, out)
+    mins = torch.empty(0, dtype=w.min.dtype) if w.symmetric else per_group(w.min)
+    return Int4Panels(q, per_group(w.scale), mins, w.in_features, out)
 
 
 def from_panels(p: Int4Panels) -> Int4Weight:
@@ -90,8 +99,9 @@ def from_panels(p: Int4Panels) -> Int4Weight:
     def per_row(t: torch.Tensor) -> torch.Tensor:
         return t.permute(0, 2, 1).reshape(panels * PANEL, groups)[:p.out_features]
 
-    return Int4Weight(q.contiguous(), per_row(p.scale).contiguous(), per_row(p.min).contiguous(),
-                      p.in_features)
+    scale = per_row(p.scale).contiguous()
+    mins = (scale * -8).contiguous() if p.symmetric else per_row(p.min).contiguous()
+    return Int4Weight(q.contiguous(), scale, mins, p.in_features, p.symmetric)
 
 
 @dataclass(frozen=True)

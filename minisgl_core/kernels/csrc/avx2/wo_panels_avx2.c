@@ -150,7 +150,8 @@ INL2 void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, 
         }
         for (int h = 0; h < 2; h++) {
             __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + (size_t)g * 16 + 8 * h)));
-            __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pm + (size_t)g * 16 + 8 * h)));
+            __m256 m = pm ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pm + (size_t)g * 16 + 8 * h)))
+                          : _mm256_mul_ps(s, _mm256_set1_ps(-8.0f));  /* Q4_0: min = -8 scale */
             for (int r = 0; r < nr; r++) {
                 size_t at = (size_t)(t0 + r) * groups + g;
                 acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[r][h]),
@@ -181,7 +182,8 @@ WO_HIDDEN T2 int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, c
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         const uint8_t *pw = q + (size_t)p * groups * 256;
-        const uint16_t *ps = scale + (size_t)p * groups * 16, *pm = mn + (size_t)p * groups * 16;
+        const uint16_t *ps = scale + (size_t)p * groups * 16;
+        const uint16_t *pm = mn ? mn + (size_t)p * groups * 16 : NULL;
         int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
         for (int t0 = 0; t0 < T; t0 += RB) {
             switch (T - t0 < RB ? T - t0 : RB) {  /* a constant row count at each call */

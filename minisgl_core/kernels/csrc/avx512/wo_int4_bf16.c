@@ -215,7 +215,8 @@ TB static void dequant_rows(const uint8_t *q, const uint16_t *scale, const uint1
             }
             __m128i lo = _mm_and_si128(raw, low4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
             __m512 s = _mm512_set1_ps(_cvtsh_ss(scale[at]));
-            __m512 m = _mm512_set1_ps(_cvtsh_ss(mn[at]));
+            __m512 m = mn ? _mm512_set1_ps(_cvtsh_ss(mn[at]))
+                          : _mm512_mul_ps(s, _mm512_set1_ps(-8.0f));  /* Q4_0: min = -8 scale */
             __m256bh w0 = _mm512_cvtneps_pbh(_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, m));
             __m256bh w1 = _mm512_cvtneps_pbh(_mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, m));
             int left = in - g * GROUP;  /* elements 0-15 low nibbles, 16-31 high ones */
