@@ -46,8 +46,9 @@ int wo_int4_panels_dequant_bf16(const uint8_t *q, const uint16_t *scale, const u
 
 /* int4 weights repacked at load into 16-output panels (q [panels][groups][4][16][4] bytes,
  * scale and mn fp16 [panels][groups][16]; mn NULL: Q4_0's symmetric weights, min = -8 scale)
- * against int8 inputs (each row rounded in groups of 32 inputs), any row count, on AVX512-VNNI's dot product or AVX2's (wo_panels.c); x, y and
- * residual (or NULL) fp32, or bf16 with x_bf16 / y_bf16; 0 done, -1 not on this CPU */
+ * against int8 inputs (each row rounded in groups of 32 inputs), any row count, on
+ * AVX512-VNNI's dot product or AVX2's (wo_panels.c); x, y and residual (or NULL) fp32, or bf16
+ * with x_bf16 / y_bf16; 0 done, -1 not on this CPU */
 int wo_int4_panels(const void *x, int x_bf16, int T, int in, const uint8_t *q,
                    const uint16_t *scale, const uint16_t *mn, int out, void *y, int y_bf16,
                    const void *residual, int threads);

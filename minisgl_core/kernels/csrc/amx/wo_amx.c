@@ -137,8 +137,9 @@ TA static void block_scales(const uint16_t *scale, const uint16_t *mn, int group
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scale + base + i));
         _mm512_mask_storeu_ps(s32 + i, m, s);
-        _mm512_mask_storeu_ps(m32 + i, m, mn ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mn + base + i))
-                                              : _mm512_mul_ps(s, _mm512_set1_ps(-8.0f)));
+        __m512 mins = mn ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mn + base + i))
+                         : _mm512_mul_ps(s, _mm512_set1_ps(-8.0f));  /* Q4_0: min = -8 scale */
+        _mm512_mask_storeu_ps(m32 + i, m, mins);
     }
 }
 

@@ -150,7 +150,7 @@ INL2 void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, 
         }
         for (int h = 0; h < 2; h++) {
             __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + (size_t)g * 16 + 8 * h)));
-            __m256 m = pm ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pm + (size_t)g * 16 + 8 * h)))
+            __m256 m = pm ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pm + g * 16 + 8 * h)))
                           : _mm256_mul_ps(s, _mm256_set1_ps(-8.0f));  /* Q4_0: min = -8 scale */
             for (int r = 0; r < nr; r++) {
                 size_t at = (size_t)(t0 + r) * groups + g;
