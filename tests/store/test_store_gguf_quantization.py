@@ -108,7 +108,34 @@ def test_q4_1_requantizes_to_int4_exactly(q4_1: Path) -> None:
                 if w.ndim == 2}
     assert len(matrices) == 15
     for name, w in matrices.items():
-        assert bool((dequantize_int4(quantize_int4(w)) == w).all()), name
+        packed = quantize_int4(w)
+        assert bool((dequantize_int4(packed) == w).all()) and not packed.symmetric, name
+
+
+def test_a_q4_0_gguf_stays_q4_0_in_the_engine(tiny_dirs: dict[str, Path], tmp_path: Path
+                                            ) -> None:
+    """A Q4_0 file's matrices come back as Q4_0 (exactly, the fp32 converted weights) and the
+    engine keeps them so, in bf16 too (the panels then without mins)."""
+    from safetensors.torch import load_file
+
+    from minisgl_core import LLM, SamplingParams
+    from minisgl_core.kernels.matmul.weight_only import dequantize_int4, quantize_int4
+
+    gguf = write_gguf(tiny_dirs["llama"], tmp_path / "tiny-llama-Q4_0.gguf", "Q4_0")
+    with pytest.MonkeyPatch.context() as patch:  # converted into a cache of its own
+        patch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
+        q4_0 = gguf_cache.ensure_converted(gguf)
+    for name, w in load_file(str(q4_0 / "model.safetensors")).items():
+        if w.ndim == 2:
+            packed = quantize_int4(w)
+            assert packed.symmetric and bool((dequantize_int4(packed) == w).all()), name
+    llm = LLM(str(q4_0), num_threads=1, num_pages=32, dtype="bfloat16")
+    assert llm.engine.info()["quantization"] == "int4"
+    roles = ("qkv", "o", "gate_up", "down")
+    assert all(getattr(layer, r).weight.symmetric for layer in llm.engine.model.layers
+               for r in roles)
+    greedy = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    assert len(llm.generate("hello", greedy)[0].token_ids) == 4
 
 
 def test_llm_serves_a_q4_1_gguf_as_int4_unless_told_none(q4_1: Path) -> None:
