@@ -115,8 +115,18 @@ def test_rooflines_count_the_bytes_the_weights_are_stored_in(tiny_config: Path,
     # from config.json alone, as the engine stores each scheme's weights
     for quantization in (None, "int8-wo", "int4"):
         llm = LLM(str(model), dtype="float32", num_threads=1, quantization=quantization)
-        assert ceilings.config_cost(str(model), quantization) == ceilings.model_cost(
-            llm.engine.model), quantization
+        held = ceilings.model_cost(llm.engine.model)
+        assert ceilings.config_cost(str(model), quantization) == held, quantization
+        # and the engine says them (/v1/models meta), for a roofline of its own bytes
+        assert int(llm.engine.info()["weight_bytes"]) == held.weight_bytes
+    # a service's own bytes (fewer: a GGUF's Q4_0) give its own roofline, by its label
+    at_1_gb_s = ceilings.Ceilings(2, 1.0, 1e9, 1e9, 0.0)  # bandwidth bound
+    cost = ceilings.config_cost(str(model), "int4")
+    roofs = ceilings.host_rooflines([at_1_gb_s], str(model), "int4", [1],
+                                    services={"zmq gguf Q4_0": ("int4", cost.weight_bytes // 2)})
+    assert roofs["roofline_tok_s"]["1"] == pytest.approx(1e9 / cost.weight_bytes)
+    assert roofs["rooflines"]["zmq gguf Q4_0"]["tok_s"]["1"] == pytest.approx(
+        2 * roofs["roofline_tok_s"]["1"], rel=1e-3)
     # a GGUF's from its file: the tied LM head is the embedding, read whole
     matrices = ceilings.config_cost(str(model)).fp32_params
     f16 = dummy_models.ensure_dummy_gguf(str(tiny_config))

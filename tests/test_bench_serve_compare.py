@@ -100,6 +100,18 @@ def test_the_weight_format_a_service_reports(meta: dict[str, str], scheme: str) 
     assert compare_service.scheme_of(meta) == scheme
 
 
+def test_a_service_that_says_its_weight_bytes_gets_their_roofline() -> None:
+    def service(label: str, meta: dict[str, str]) -> compare_service.ServiceUnderTest:
+        return compare_service.ServiceUnderTest(label, None, 1.0, 0.0, 0.0,
+                                                compare_service.scheme_of(meta), meta)
+
+    int4 = {"dtype": "bfloat16", "quantization": "int4", "weight_bytes": "1104500000"}
+    bf16 = {"dtype": "bfloat16", "quantization": "none", "weight_bytes": "3400000000"}
+    said = compare_service.service_bytes([service("zmq gguf Q4_0", int4),
+                                          service("zmq", bf16), service("old", {})])
+    assert said == {"zmq gguf Q4_0": ("int4", 1_104_500_000)}  # bf16's as its scheme's: none
+
+
 def test_each_row_is_a_share_of_its_own_weight_formats_roofline() -> None:
     from minisgl_core.bench.compare_report import markdown
 
@@ -112,15 +124,20 @@ def test_each_row_is_a_share_of_its_own_weight_formats_roofline() -> None:
         "machine": {"cpus": 2, "processor": "x", "machine": "x"}, "offline": [],
         "service": [{**engine, "transport": "zmq fp32", "scheme": "fp32"},
                     {**engine, "transport": "zmq int4", "scheme": "int4"},
-                    {**engine, "transport": "zmq bf16", "scheme": "bf16"}],
+                    {**engine, "transport": "zmq bf16", "scheme": "bf16"},
+                    {**engine, "transport": "zmq gguf Q4_0", "scheme": "int4"}],
         "ceilings": {"threads": 2, "read_gb_s": 40.0, "fp32_gflop_s": 100.0, "int8_gop_s": 1.0,
                      "quantization": "fp32", "roofline_tok_s": {"1": 100.0},
                      "bound": {"1": "bandwidth"},
-                     "rooflines": {"int4": {"tok_s": {"1": 500.0}, "bound": {"1": "bandwidth"}}}}}
+                     "rooflines": {"int4": {"tok_s": {"1": 500.0}, "bound": {"1": "bandwidth"}},
+                                   # a service's own bytes, by its label (service_bytes)
+                                   "zmq gguf Q4_0": {"tok_s": {"1": 250.0},
+                                                     "bound": {"1": "bandwidth"}}}}}
     table = [line.split("|") for line in markdown(results).splitlines()
-             if line.startswith("| zmq") and line.count("|") == 14]  # the levels' table
+             if line.count("|") == 14 and line.split("|")[1].strip().startswith("zmq")]
     rows = {cells[1].strip(): cells[5].strip() for cells in table}  # "% of host ceiling"
-    assert rows == {"zmq fp32": "50.0", "zmq int4": "10.0", "zmq bf16": "-"}
+    assert rows == {"zmq fp32": "50.0", "zmq int4": "10.0", "zmq bf16": "-",
+                    "zmq gguf Q4_0": "20.0"}
     assert "streaming chat, greedy;" in markdown(results)
     sampled = markdown({**results, "extra_body": {"temperature": 1.0}})
     assert 'streaming chat, requests with {"temperature": 1.0};' in sampled
@@ -140,6 +157,8 @@ def test_modes_are_measured_side_by_side(tmp_path: Path) -> None:
     assert [(s["transport"], s["scheme"], s["levels"][0]["output_tokens"])
             for s in results["service"]] == [("zmq fp32", "fp32", 8), ("zmq int8-wo", "int8-wo", 8)]
     assert results["offline"] == []  # one offline engine per mode would double the run
-    assert set(results["ceilings"]["rooflines"]) == {"fp32", "int8-wo"}
+    # each scheme's from the config, and each service's from the bytes its meta says
+    assert set(results["ceilings"]["rooflines"]) == {"fp32", "int8-wo", "zmq fp32",
+                                                     "zmq int8-wo"}
     assert results["service"][0]["meta"]["dtype"] == "float32"  # as /v1/models says
     assert results["extra_body"] == {"temperature": 1.0, "top_p": 0.9}  # sampled requests

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,13 +81,11 @@ class ModelCost:
 
 def model_cost(model: Any) -> ModelCost:
     """The decode cost of an engine's model (its layers' Linears and the LM head)."""
-    linears = [getattr(layer, n) for layer in model.layers for n in ("qkv", "o", "gate_up",
-                                                                     "down")]
-    if model.lm_head is not None:
-        linears.append(model.lm_head)
+    from minisgl_core.kernels.linear import model_linears
+
     size = 0
     fp32 = int8 = 0
-    for lin in linears:
+    for lin in model_linears(model):
         params = lin.in_features * lin.out_features
         size += lin.stored_nbytes()  # without a copy for many rows (matmul/wo_copy.py)
         if lin.kernels[0].quantized == "int8":  # weight-only kernels compute in fp32
@@ -213,10 +211,13 @@ def measure_all_cores() -> Ceilings:
 
 def host_rooflines(readings: Sequence[Ceilings], model_dir: str, quantization: str | None,
                    levels: Sequence[int], schemes: Sequence[str | None] = (),
-                   ggufs: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
+                   ggufs: Mapping[str, str | Path] | None = None,
+                   services: Mapping[str, tuple[str, int]] | None = None) -> dict[str, Any]:
     """The host's ceilings, the best of ``readings`` (at least one), and the model's roofline
     per level (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
-    compute rate is not measured, and for each label of ``ggufs`` from its file's own bytes).
+    compute rate is not measured, for each label of ``ggufs`` from its file's own bytes, and for
+    each service label of ``services``, ``(scheme, weight bytes)``, from the bytes the service
+    says its matmul weights hold: a GGUF's Q4_0 weights hold fewer than its scheme's layout).
     ``read_gb_s_readings``: each reading's memory read, in order."""
     host = readings[0]
     for other in readings[1:]:
@@ -232,6 +233,9 @@ def host_rooflines(readings: Sequence[Ceilings], model_dir: str, quantization: s
     base = of_scheme(quantization)
     others = {s: of_scheme(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
     others.update({label: roofline(gguf_cost(path)) for label, path in (ggufs or {}).items()})
+    for label, (scheme, size) in (services or {}).items():
+        cost = config_cost(model_dir, None if scheme == "fp32" else scheme)
+        others[label] = roofline(replace(cost, weight_bytes=size))
     return {**host.as_dict(), "read_gb_s_readings": [r.read_gb_s for r in readings],
             "quantization": quantization or "fp32",
             "roofline_tok_s": base["tok_s"], "bound": base["bound"], "rooflines": others}

@@ -22,6 +22,7 @@ from minisgl_core.bench.compare_service import (
     median_run,
     peer_limits,
     say,
+    service_bytes,
     sized_like_peers,
     start_peer,
 )
@@ -192,7 +193,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                 results["offline"].append(median_run(offline_runs))
                 results["offline_runs"].append(offline_runs)
         results["ceilings"] = host_rooflines((first, measure_all_cores()), model_dir,
-                                             quantization, concurrency, schemes, files)
+                                             quantization, concurrency, schemes, files,
+                                             service_bytes(running))
     finally:
         results["service"] = [svc.finish() for svc in running]
         results["peers"] = [peer.finish() for peer in others]

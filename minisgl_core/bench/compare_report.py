@@ -27,10 +27,14 @@ def markdown(results: dict[str, Any]) -> str:
     host = results.get("ceilings") or {}
     base = host.get("quantization", "fp32")
 
-    def of_host(lv: dict[str, Any], scheme: str | None = base) -> float | None:
-        """A level's tokens/s as a share of the roofline for its engine's weight format."""
-        roof = (host.get("roofline_tok_s", {}) if scheme == base
-                else host.get("rooflines", {}).get(scheme or "", {}).get("tok_s", {}))
+    def of_host(lv: dict[str, Any], scheme: str | None = base,
+                label: str | None = None) -> float | None:
+        """A level's tokens/s as a share of the roofline of its engine's own weight bytes (a
+        service that said them), else of its weight format."""
+        rooflines = host.get("rooflines", {})
+        roof = (rooflines[label]["tok_s"] if label in rooflines
+                else host.get("roofline_tok_s", {}) if scheme == base
+                else rooflines.get(scheme or "", {}).get("tok_s", {}))
         top = roof.get(str(lv["concurrency"]))
         return 100 * lv["output_tok_s"] / top if top else None
     rows: list[list[object]] = []
@@ -40,9 +44,9 @@ def markdown(results: dict[str, Any]) -> str:
             c = ceiling.get(lv["concurrency"])
             pct = 100 * lv["output_tok_s"] / c if c else None
             rows.append([svc["transport"], lv["concurrency"], lv["output_tok_s"], pct,
-                         of_host(lv, svc.get("scheme", base)), lv["req_s"], lv["ttft_p50_ms"],
-                         lv["ttft_p99_ms"], lv["tpot_p50_ms"], lv["tpot_p99_ms"],
-                         lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
+                         of_host(lv, svc.get("scheme", base), svc["transport"]), lv["req_s"],
+                         lv["ttft_p50_ms"], lv["ttft_p99_ms"], lv["tpot_p50_ms"],
+                         lv["tpot_p99_ms"], lv["e2e_p50_ms"], lv["e2e_p99_ms"], lv["failures"]])
     for lv in results["offline"]:
         rows.append(["offline engine", lv["concurrency"], lv["output_tok_s"], 100.0, of_host(lv),
                      lv["req_s"],
@@ -96,7 +100,8 @@ def _ceiling_line(host: dict[str, Any]) -> str:
             f"{host['read_gb_s']:.1f} GB/s{when}, fp32 GEMM {host['fp32_gflop_s']:.0f} GFLOP/s, "
             f"bf16 GEMM {host.get('bf16_gflop_s', 0.0):.0f} GFLOP/s, int8 GEMM "
             f"{host['int8_gop_s']:.0f} GOP/s; the model's roofline by weight format and "
-            f"level (a GGUF's from the bytes its matrices are stored in; bf16 rows have none): "
+            f"level (a GGUF's from the bytes its matrices are stored in, a service's from the "
+            f"bytes it says its matrices hold; bf16 rows have none): "
             f"{text}.")
 
 

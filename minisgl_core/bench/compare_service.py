@@ -211,6 +211,13 @@ def scheme_of(meta: dict[str, Any]) -> str:
     return "bf16" if meta.get("dtype") == "bfloat16" else "fp32"
 
 
+def service_bytes(services: Sequence[ServiceUnderTest]) -> dict[str, tuple[str, int]]:
+    """Each service's label -> (its scheme, the bytes its matmul weights hold, from its
+    /v1/models ``meta``), for its own roofline; bf16 ones left out, as their scheme's is."""
+    return {s.transport: (s.scheme, int(s.meta["weight_bytes"])) for s in services
+            if s.scheme and s.scheme != "bf16" and int(s.meta.get("weight_bytes") or 0) > 0}
+
+
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of ``pid`` and its descendants, summed (shared pages count once per
     process, as `ps` shows them), in MB."""

@@ -32,6 +32,7 @@ from minisgl_core.engine.stats import EngineStats
 from minisgl_core.engine.step_layout import fold_keys, layout
 from minisgl_core.engine.stopping import finish_reason, stop_window
 from minisgl_core.engine.weights import load_weights, make_deterministic, release_freed_memory
+from minisgl_core.kernels import model_weight_bytes
 from minisgl_core.sampling import SamplingParams, TokenLogprob
 from minisgl_core.store.naming import model_name_of
 
@@ -212,6 +213,7 @@ class Engine:
                 "quantization_reason": self.quantization_reason,
                 "kv_cache_dtype": self.kv_cache_dtype,
                 "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own",
+                "weight_bytes": str(model_weight_bytes(self.model)),  # a one-row step's reads
                 "compile": "off" if self.compiled is None else "on",
                 "compile_reason": self.compile_reason}
 

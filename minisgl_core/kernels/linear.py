@@ -101,3 +101,20 @@ class Linear:
 
     def _bias_nbytes(self) -> int:
         return 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
+
+
+LAYER_MATMULS = ("qkv", "o", "gate_up", "down")  # a decoder layer's Linears
+
+
+def model_linears(model: object) -> list[Linear]:
+    """A decoder model's matmul Linears: each layer's q/k/v, o, gate/up and down, and the LM
+    head where this rank has it (a plugin model without them: none)."""
+    found = [getattr(layer, n) for layer in getattr(model, "layers", ()) for n in LAYER_MATMULS]
+    found.append(getattr(model, "lm_head", None))
+    return [lin for lin in found if isinstance(lin, Linear)]
+
+
+def model_weight_bytes(model: object) -> int:
+    """Bytes of a model's matmul weights as stored: what a one-row decode step reads."""
+    return sum(lin.stored_nbytes() for lin in model_linears(model))
+
