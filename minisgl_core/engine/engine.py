@@ -213,7 +213,8 @@ class Engine:
                 "quantization_reason": self.quantization_reason,
                 "kv_cache_dtype": self.kv_cache_dtype,
                 "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own",
-                "weight_bytes": str(model_weight_bytes(self.model)),  # a one-row step's reads
+                "weight_bytes": str(model_weight_bytes(self.model,  # a one-row step's reads
+                                                       1 if self.tp is None else self.tp.size)),
                 "compile": "off" if self.compiled is None else "on",
                 "compile_reason": self.compile_reason}
 

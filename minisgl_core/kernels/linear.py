@@ -114,7 +114,11 @@ def model_linears(model: object) -> list[Linear]:
     return [lin for lin in found if isinstance(lin, Linear)]
 
 
-def model_weight_bytes(model: object) -> int:
-    """Bytes of a model's matmul weights as stored: what a one-row decode step reads."""
-    return sum(lin.stored_nbytes() for lin in model_linears(model))
+def model_weight_bytes(model: object, ranks: int = 1) -> int:
+    """Bytes of a model's matmul weights as stored: what a one-row decode step reads. Under
+    tensor parallelism ``model`` is one rank's of ``ranks``, whose layers hold an even share
+    (the LM head only on rank 0): the whole model's, as this rank counts them."""
+    head = getattr(model, "lm_head", None)
+    own = head.stored_nbytes() if isinstance(head, Linear) else 0
+    return own + ranks * (sum(lin.stored_nbytes() for lin in model_linears(model)) - own)
 

@@ -136,6 +136,8 @@ def test_tp2_in_bf16_scores_tp1s_greedy_tokens_within_a_bound(
         want = one.generate(chosen, score)
     with LLM(path, tp=2, **opts) as two:
         got = two.generate(chosen, score)
+        # the whole model's weight bytes, as rank 0 counts its even share and the LM head
+        assert two.engine.info()["weight_bytes"] == one.engine.info()["weight_bytes"]
     for a, b, prompt in zip(got, want, PROMPTS, strict=True):
         assert a.prompt_logprobs is not None and b.prompt_logprobs is not None
         mine = [e.logprob for e in a.prompt_logprobs[len(prompt):]]  # type: ignore[union-attr]
