@@ -81,18 +81,17 @@ class ModelCost:
 
 def model_cost(model: Any) -> ModelCost:
     """The decode cost of an engine's model (its layers' Linears and the LM head)."""
-    from minisgl_core.kernels.linear import model_linears
+    from minisgl_core.kernels.linear import model_linears, model_weight_bytes
 
-    size = 0
     fp32 = int8 = 0
     for lin in model_linears(model):
         params = lin.in_features * lin.out_features
-        size += lin.stored_nbytes()  # without a copy for many rows (matmul/wo_copy.py)
         if lin.kernels[0].quantized == "int8":  # weight-only kernels compute in fp32
             int8 += params
         else:
             fp32 += params
-    return ModelCost(size, fp32, int8)
+    # without a copy for many rows (matmul/wo_copy.py)
+    return ModelCost(model_weight_bytes(model), fp32, int8)
 
 
 def _best_rate(work: float, fn: Callable[[], object], seconds: float) -> float:
