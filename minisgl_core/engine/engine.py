@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minisgl_core.engine import prompt_logprobs, quantization_choice
+from minisgl_core.engine import huge_pages, prompt_logprobs, quantization_choice
 from minisgl_core.engine.admission import Limits, admit
 from minisgl_core.engine.attention import Workspace, build_metadata, choose_prefill_kernel
 from minisgl_core.engine.batching import Batcher
@@ -87,6 +87,7 @@ class Engine:
         if config.deterministic:
             make_deterministic(self.model, compile_step)
         self.load_report = load_weights(self.model, path, self.dtype, config.load_format)
+        self.weight_place = huge_pages.move_weights(self.model)  # read faster there
         leader = self.tp is None or self.tp.leader
         self.tokenizer = load_tokenizer(path, text_process=False) if leader else None
         self.eos_token_ids = eos_token_ids(path, self.tokenizer, cfg)
@@ -215,6 +216,8 @@ class Engine:
                 "kernels": kernels.summary() if hasattr(kernels, "summary") else "model's own",
                 "weight_bytes": str(model_weight_bytes(self.model,  # a one-row step's reads
                                                        1 if self.tp is None else self.tp.size)),
+                "weight_huge_page_bytes": str(0 if self.weight_place is None
+                                              else huge_pages.huge_bytes(self.weight_place)),
                 "compile": "off" if self.compiled is None else "on",
                 "compile_reason": self.compile_reason}
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from minisgl_core.engine import huge_pages
 from minisgl_core.engine.config import DEFAULT_KV_CACHE_BYTES
 from minisgl_core.kernels import kv_int8
 
@@ -62,7 +63,8 @@ class KVPool:
     ``kv_dtype`` "auto" stores them in the model's ``dtype``; "int8" as packed int8 rows
     ``[num_slots, n_kv_heads, head_dim + 2]`` (int8 values, then their fp16 scale:
     kernels/kv_int8.py), quantized as they are stored; the attention kernels read either.
-    Allocated with torch.empty so untouched pages cost no resident memory; page 0 is zeroed
+    Allocated untouched, in huge pages on the CPU (huge_pages.py: attention reads them in a
+    fraction of the TLB entries), so untouched pages cost no resident memory; page 0 is zeroed
     because padded attention gathers read it (its keys are masked, but 0 * NaN would not be 0).
     ``prefault`` zeroes every page up front: with a prefix cache the pool fills up over time
     anyway, and paying for it at start keeps the process's memory flat instead of creeping up.
@@ -82,8 +84,8 @@ class KVPool:
         width = kv_int8.row_bytes(head_dim) if self.quantized else head_dim
         storage = torch.int8 if self.quantized else dtype
         shape = (num_layers, slots, num_kv_heads, width)
-        self.k = torch.empty(shape, dtype=storage, device=device)
-        self.v = torch.empty(shape, dtype=storage, device=device)
+        self.k = huge_pages.empty(shape, storage, device)
+        self.v = huge_pages.empty(shape, storage, device)
         touched = slots if prefault else page_size
         self.k[:, :touched].zero_()  # int8 zeros: values 0, scale 0.0
         self.v[:, :touched].zero_()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved lazily below
     from minisgl_core.kernels import cpu_features, elementwise, kv_int8, prefill_attention
     from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
-    from minisgl_core.kernels.linear import Linear, model_weight_bytes
+    from minisgl_core.kernels.linear import Linear, model_linears, model_weight_bytes
     from minisgl_core.kernels.matmul import choice
     from minisgl_core.kernels.matmul.base import BUCKETS, Kernel, bucket_of, padded_rows
     from minisgl_core.kernels.matmul.choice import Choice, choose
@@ -50,6 +50,7 @@ _WHERE = {
     "sdpa_decode": "minisgl_core.kernels.attention",
     "new_handle": "minisgl_core.kernels.ops",  # with the ops its handles are for
     "Linear": "minisgl_core.kernels.linear",
+    "model_linears": "minisgl_core.kernels.linear",
     "model_weight_bytes": "minisgl_core.kernels.linear",
     "BUCKETS": "minisgl_core.kernels.matmul.base", "Kernel": "minisgl_core.kernels.matmul.base",
     "bucket_of": "minisgl_core.kernels.matmul.base",
@@ -68,8 +69,9 @@ _WHERE = {
 __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear", "Workspace",
            "all_kernels", "bf16_fast", "bucket_of", "choice", "choose", "cpu_features",
            "elementwise", "fp32_kernels", "gathered", "invariant", "kv_int8", "new_handle",
-           "model_weight_bytes", "padded_rows", "paged_decode_attention", "prefill_attention",
-           "python_ops_in_graphs", "role_scheme", "sdpa_decode", "without_collectives"]
+           "model_linears", "model_weight_bytes", "padded_rows", "paged_decode_attention",
+           "prefill_attention", "python_ops_in_graphs", "role_scheme", "sdpa_decode",
+           "without_collectives"]
 
 
 def __getattr__(name: str) -> Any:
