@@ -112,11 +112,13 @@ def measure(seconds: float = 1.5) -> Ceilings:
     """Measure the four rates with torch's current thread count (about 4 x ``seconds``)."""
     import torch
 
+    from minisgl_core.engine import huge_pages
     from minisgl_core.kernels import bf16_fast
     from minisgl_core.kernels.matmul.w8a8 import int8_kernels
 
     with torch.inference_mode():
-        big = torch.ones(256 * MIB // 4)
+        # in huge pages where the host gives them, as the engine keeps its weights
+        big = huge_pages.empty((256 * MIB // 4,), torch.float32, "cpu").fill_(1.0)
         read = _best_rate(big.numel() * 4, lambda: big.sum(), seconds) / 1e9
         n = 1024
         a, b = torch.randn(n, n), torch.randn(n, n)
