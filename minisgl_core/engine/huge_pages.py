@@ -86,11 +86,9 @@ def move(tensors: Iterable[torch.Tensor]) -> torch.Tensor | None:
 
 
 def move_weights(model: object) -> torch.Tensor | None:
-    """``move`` the matmul weights of ``model`` (every Linear's, and the embedding table that a
-    tied LM head's weight may be a view of) into huge pages; their buffer, None if none moved."""
-    found = [t for lin in model_linears(model) for t in lin.tensors()]
-    embed = getattr(model, "embed", None)
-    return move([*found, embed] if isinstance(embed, torch.Tensor) else found)
+    """``move`` the matmul weights of ``model`` (every Linear's; a tied LM head's dense weight is
+    the embedding table's very tensor, which moves with it) into huge pages; their buffer."""
+    return move([t for lin in model_linears(model) for t in lin.tensors()])
 
 
 def huge_bytes(place: torch.Tensor) -> int:

@@ -28,6 +28,8 @@ def test_models_meta_names_the_dtype_auto_chose_and_why(auto: RunningService) ->
     assert meta["quantization"] == "none" and "qkv" in meta["kernels"]
     # no --quantization: auto, which serves an HF checkpoint (not from a GGUF) as it is
     assert meta["quantization_reason"].startswith("auto: not converted from a GGUF")
+    # the matmul weights' bytes, and how many of them the host holds in huge pages
+    assert 0 <= int(meta["weight_huge_page_bytes"]) <= int(meta["weight_bytes"]) + (2 << 20)
     info = httpx.get(f"{auto.url}/v1/engine/info", timeout=30).json()
     assert info["dtype"] == meta["dtype"] and info["dtype_reason"] == meta["dtype_reason"]
     answer = httpx.post(f"{auto.url}/v1/completions", timeout=60, json={
