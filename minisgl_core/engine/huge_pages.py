@@ -8,13 +8,16 @@ section 28). Linux backs anonymous memory with huge pages where it is asked to
 ask. So the engine copies the matmul weights into one private anonymous mapping, 2 MiB aligned
 and advised ``MADV_HUGEPAGE``, and points the very tensor objects there (``Tensor.set_``): every
 holder, the C++ operators' registry included, reads the new place. The KV pool is allocated the
-same way. Where huge pages are off the mapping is plain memory and nothing else changes.
+same way. Where huge pages are off the mapping is plain memory and nothing else changes;
+``MINISGL_HUGE_PAGES=0`` keeps torch's allocations (to measure against, or where compacting memory
+into huge pages at load costs more than it gives).
 """
 
 from __future__ import annotations
 
 import math
 import mmap
+import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -23,6 +26,7 @@ import torch
 from minisgl_core.kernels import model_linears
 
 HUGE_PAGE = 2 << 20
+OPT_OUT = "MINISGL_HUGE_PAGES"
 _ALIGN = 64  # each storage's start in the buffer: a cache line (and any element size)
 _MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) ")
 
@@ -30,7 +34,7 @@ _MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) ")
 def buffer(nbytes: int) -> torch.Tensor | None:
     """``[nbytes]`` uint8 of zeroed CPU memory, 2 MiB aligned and advised for huge pages (memory
     is taken as it is first written); None where the platform has no such advice."""
-    if nbytes <= 0 or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if nbytes <= 0 or not hasattr(mmap, "MADV_HUGEPAGE") or os.environ.get(OPT_OUT) == "0":
         return None
     size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
     # private: a shared anonymous mapping is shmem, which the anonymous THP setting skips;

@@ -85,3 +85,12 @@ def test_the_engine_keeps_its_weights_and_kv_pages_in_huge_page_memory(make_engi
     assert 0 <= int(facts["weight_huge_page_bytes"]) <= place.nbytes + huge_pages.HUGE_PAGE
     engine.add_request("r", [5, 6, 7, 8], SamplingParams(max_tokens=8, temperature=0.0))
     assert len(tokens_of(drain(engine)["r"])) == 8
+
+
+def test_minisgl_huge_pages_0_keeps_torch_s_own_allocations(monkeypatch) -> None:
+    monkeypatch.setenv(huge_pages.OPT_OUT, "0")
+    weight = torch.randn(64, 64)
+    where = weight.data_ptr()
+    assert huge_pages.buffer(1 << 20) is None
+    assert huge_pages.move([weight]) is None and weight.data_ptr() == where
+    assert huge_pages.empty((4, 4), torch.float32, "cpu").shape == (4, 4)
