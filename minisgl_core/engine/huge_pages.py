@@ -2,15 +2,15 @@
 
 A decode step reads every weight once; through 4 KiB pages that is a TLB miss a page, and in a
 virtual machine each miss walks two page tables. On a 2-core AMD EPYC Zen 4 VM, summing 1 GiB
-ran at 27-47 GB/s from 4 KiB pages and 63-68 GB/s from huge pages (docs/design/kernels.md,
-section 28). Linux backs anonymous memory with huge pages where it is asked to
-(``transparent_hugepage`` "madvise", a common default) or always; torch's CPU allocator does not
-ask. So the engine copies the matmul weights into one private anonymous mapping, 2 MiB aligned
-and advised ``MADV_HUGEPAGE``, and points the very tensor objects there (``Tensor.set_``): every
-holder, the C++ operators' registry included, reads the new place. The KV pool is allocated the
-same way. Where huge pages are off the mapping is plain memory and nothing else changes;
-``MINISGL_HUGE_PAGES=0`` keeps torch's allocations (to measure against, or where compacting memory
-into huge pages at load costs more than it gives).
+ran at 27-45 GB/s from 4 KiB pages and at 63-67 GB/s (five runs of six) from huge pages
+(docs/design/kernels.md, section 28). Linux backs anonymous memory with huge pages where it is
+asked to (``transparent_hugepage`` "madvise", a common default) or always; torch's CPU allocator
+does not ask. So the engine copies the matmul weights into one private anonymous mapping, 2 MiB
+aligned and advised ``MADV_HUGEPAGE``, and points the very tensor objects there
+(``Tensor.set_``): every holder, the C++ operators' registry included, reads the new place. The
+KV pool is allocated the same way. Where huge pages are off the mapping is plain memory and
+nothing else changes; ``MINISGL_HUGE_PAGES=0`` keeps torch's allocations (to measure against, or
+where compacting memory into huge pages at load costs more than it gives).
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def move_weights(model: object) -> torch.Tensor | None:
 
 
 def huge_bytes(place: torch.Tensor) -> int:
-    """Bytes of ``place``'s mapping the kernel holds in huge pages now (``/proc/self/smaps``;
-    0 where it cannot tell)."""
+    """Bytes of ``place`` the kernel holds in huge pages now (``/proc/self/smaps``, its mapping's
+    huge pages, at most ``place``'s bytes; 0 where it cannot tell)."""
     address = place.data_ptr()
     try:
         with open("/proc/self/smaps") as smaps:
@@ -107,7 +107,7 @@ def huge_bytes(place: torch.Tensor) -> int:
                 if span:
                     inside = int(span[1], 16) <= address < int(span[2], 16)
                 elif inside and line.startswith("AnonHugePages:"):
-                    return int(line.split()[1]) * 1024
+                    return min(int(line.split()[1]) * 1024, place.nbytes)
     except OSError:
         pass
     return 0
