@@ -18,7 +18,7 @@ from minisgl_core.cli.app import make_app
 from minisgl_core.plugin.loading import build_manager
 from minisgl_core.testing.service import RunningService, launch_service
 
-pytestmark = pytest.mark.usefixtures("short_idle_samples")  # conftest.py
+pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
 
 runner = CliRunner()
 

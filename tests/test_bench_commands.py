@@ -18,7 +18,7 @@ from minisgl_core.cli.bench_commands import COMMANDS
 from minisgl_core.plugin.loading import build_manager
 from minisgl_core.testing.service import RunningService, launch_service
 
-pytestmark = pytest.mark.usefixtures("short_idle_samples")  # conftest.py
+pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
 
 SERVICE_ARGS = ["--max-seq-len-override", "512", "--num-pages", "256", "--page-size", "16"]
 runner = CliRunner()

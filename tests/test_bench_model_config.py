@@ -14,7 +14,7 @@ from minisgl_core.cli.app import make_app
 from minisgl_core.plugin.loading import build_manager
 from minisgl_core.store import dummy_models
 
-pytestmark = pytest.mark.usefixtures("short_idle_samples")  # conftest.py
+pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
 
 
 def compare(*args: str) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from minisgl_core.bench import compare, peers
 from minisgl_core.cli.app import make_app
 from minisgl_core.plugin.loading import build_manager
 
-pytestmark = pytest.mark.usefixtures("short_idle_samples")  # conftest.py
+pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
 
 
 def test_unknown_peer_exits_2_naming_the_peers() -> None:

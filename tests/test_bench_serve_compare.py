@@ -9,7 +9,7 @@ import pytest
 
 from minisgl_core.bench import compare, compare_service
 
-pytestmark = pytest.mark.usefixtures("short_idle_samples")  # conftest.py
+pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
 
 
 def test_only_multiprocess_transports() -> None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from minisgl_core.engine.config import ModelConfig
 
 MIB = 1 << 20
+MEASURE_S = 1.5  # each rate: the best of repeated runs over this long
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,10 @@ def _best_rate(work: float, fn: Callable[[], object], seconds: float) -> float:
     return work / best
 
 
-def measure(seconds: float = 1.5) -> Ceilings:
-    """Measure the four rates with torch's current thread count (about 4 x ``seconds``)."""
+def measure(seconds: float | None = None) -> Ceilings:
+    """Measure the four rates with torch's current thread count (about 4 x ``seconds``, by
+    default ``MEASURE_S``)."""
+    seconds = MEASURE_S if seconds is None else seconds
     import torch
 
     from minisgl_core.engine import huge_pages

@@ -11,6 +11,8 @@ import torch
 
 from minisgl_core.bench import engine_vs_hf as bench
 
+pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
+
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_offline_benchmark_counts_every_token(tiny_models: dict[str, Path], tp: int,

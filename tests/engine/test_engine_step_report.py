@@ -26,6 +26,8 @@ from minisgl_core.bench.profile import (
 )
 from minisgl_core.engine.engine import Engine
 
+pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
+
 PROMPTS = [[1, 5, 9, 13, 17], [2, 6, 10], [3, 7, 11, 15], [4, 8]]
 
 

@@ -111,7 +111,8 @@ def test_the_default_model_answers_from_a_remote_scheduler(tcp_keys: Path,
                                                            tmp_path: Path) -> None:
     from minisgl_core.plugin.model_lookup import resolve
 
-    with remote_service(resolve(None).path, tcp_keys, tmp_path) as r:
+    # one scheduler thread: two OpenMP threads crawl when other processes hold the cores
+    with remote_service(resolve(None).path, tcp_keys, tmp_path, ("-s", "num_threads=1")) as r:
         answer = httpx.post(f"{r.svc.url}/v1/chat/completions", timeout=300, json={
             "model": r.svc.model_name(), "max_tokens": 16, "temperature": 0,
             "messages": [{"role": "user",
