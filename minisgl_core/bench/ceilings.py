@@ -112,12 +112,13 @@ def _best_rate(work: float, fn: Callable[[], object], seconds: float) -> float:
 def measure(seconds: float | None = None) -> Ceilings:
     """Measure the four rates with torch's current thread count (about 4 x ``seconds``, by
     default ``MEASURE_S``)."""
-    seconds = MEASURE_S if seconds is None else seconds
     import torch
 
     from minisgl_core.engine import huge_pages
     from minisgl_core.kernels import bf16_fast
     from minisgl_core.kernels.matmul.w8a8 import int8_kernels
+
+    seconds = MEASURE_S if seconds is None else seconds
 
     with torch.inference_mode():
         # in huge pages where the host gives them, as the engine keeps its weights

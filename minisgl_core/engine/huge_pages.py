@@ -8,18 +8,20 @@ asked to (``transparent_hugepage`` "madvise", a common default) or always; torch
 does not ask. So the engine copies the matmul weights into one private anonymous mapping, 2 MiB
 aligned and advised ``MADV_HUGEPAGE``, and points the very tensor objects there
 (``Tensor.set_``): every holder, the C++ operators' registry included, reads the new place. The
-KV pool is allocated the same way. Where huge pages are off the mapping is plain memory and
-nothing else changes; ``MINISGL_HUGE_PAGES=0`` keeps torch's allocations (to measure against, or
-where compacting memory into huge pages at load costs more than it gives).
+KV pool is allocated the same way. Where the host gives no huge pages (``never``, not Linux)
+nothing moves; ``MINISGL_HUGE_PAGES=0`` keeps torch's allocations (to measure against, or where
+compacting memory into huge pages at load costs more than it gives).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import os
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -28,13 +30,24 @@ from minisgl_core.kernels import model_linears
 HUGE_PAGE = 2 << 20
 OPT_OUT = "MINISGL_HUGE_PAGES"
 _ALIGN = 64  # each storage's start in the buffer: a cache line (and any element size)
+_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 _MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) ")
+
+
+@functools.cache
+def _host_gives_them() -> bool:
+    """Whether the kernel can give this process transparent huge pages (not "[never]")."""
+    try:
+        return "[never]" not in Path(_SETTING).read_text()
+    except OSError:  # no such setting (not Linux, or THP compiled out)
+        return False
 
 
 def buffer(nbytes: int) -> torch.Tensor | None:
     """``[nbytes]`` uint8 of zeroed CPU memory, 2 MiB aligned and advised for huge pages (memory
-    is taken as it is first written); None where the platform has no such advice."""
-    if nbytes <= 0 or not hasattr(mmap, "MADV_HUGEPAGE") or os.environ.get(OPT_OUT) == "0":
+    is taken as it is first written); None where the host gives none (nothing to gain)."""
+    if (nbytes <= 0 or not hasattr(mmap, "MADV_HUGEPAGE") or os.environ.get(OPT_OUT) == "0"
+            or not _host_gives_them()):
         return None
     size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
     # private: a shared anonymous mapping is shmem, which the anonymous THP setting skips;
@@ -44,7 +57,7 @@ def buffer(nbytes: int) -> torch.Tensor | None:
     start = -whole.data_ptr() % HUGE_PAGE
     try:
         mapping.madvise(mmap.MADV_HUGEPAGE, start, size)
-    except OSError:  # a kernel without transparent huge pages: plain pages
+    except OSError:  # refused after all: plain pages, the same memory otherwise
         pass
     return whole[start:start + nbytes]
 

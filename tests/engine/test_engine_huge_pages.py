@@ -94,3 +94,18 @@ def test_minisgl_huge_pages_0_keeps_torch_s_own_allocations(monkeypatch) -> None
     assert huge_pages.buffer(1 << 20) is None
     assert huge_pages.move([weight]) is None and weight.data_ptr() == where
     assert huge_pages.empty((4, 4), torch.float32, "cpu").shape == (4, 4)
+
+
+def test_a_host_whose_setting_is_never_moves_nothing(monkeypatch, tmp_path) -> None:
+    setting = tmp_path / "enabled"
+    setting.write_text("always madvise [never]\n")
+    monkeypatch.setattr(huge_pages, "_SETTING", str(setting))
+    huge_pages._host_gives_them.cache_clear()
+    try:
+        weight = torch.randn(64, 64)
+        assert huge_pages.buffer(1 << 20) is None and huge_pages.move([weight]) is None
+        setting.write_text("always [madvise] never\n")
+        huge_pages._host_gives_them.cache_clear()
+        assert huge_pages.buffer(1 << 20) is not None
+    finally:
+        huge_pages._host_gives_them.cache_clear()
