@@ -32,6 +32,7 @@ def test_models_meta_names_the_dtype_auto_chose_and_why(auto: RunningService) ->
     assert 0 <= int(meta["weight_huge_page_bytes"]) <= int(meta["weight_bytes"]) + (2 << 20)
     info = httpx.get(f"{auto.url}/v1/engine/info", timeout=30).json()
     assert info["dtype"] == meta["dtype"] and info["dtype_reason"] == meta["dtype_reason"]
+    assert info["weight_huge_page_bytes"] == meta["weight_huge_page_bytes"]
     answer = httpx.post(f"{auto.url}/v1/completions", timeout=60, json={
         "model": card["id"], "prompt": "hello", "max_tokens": 4, "temperature": 0})
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1

@@ -68,8 +68,10 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
         if key in facts:
             info[key] = facts[key]
             info[f"{key}_reason"] = facts.get(f"{key}_reason", "")
-    # the matmul kernels chosen, what the KV pages hold, the decode step compiled
-    for key in ("kernels", "kv_cache_dtype", "compile", "compile_reason"):
+    # the matmul kernels chosen, their bytes (how many in huge pages), what the KV pages hold,
+    # the decode step compiled
+    for key in ("kernels", "weight_bytes", "weight_huge_page_bytes", "kv_cache_dtype", "compile",
+                "compile_reason"):
         if key in facts:
             info[key] = facts[key]
     return info

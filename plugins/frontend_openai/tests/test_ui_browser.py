@@ -251,6 +251,7 @@ def test_dashboard_shows_the_load(browser: Any, service: RunningService, shots: 
     info = httpx.get(f"{service.url}/v1/engine/info",
                      headers={"Authorization": f"Bearer {KEY}"}).json()
     assert ("quantization" in served) == ("quantization" in info)  # shown only when configured
+    assert ("MB of them in huge pages" in served) == ("weight_bytes" in info)  # an engine's
     assert "frontend_openai" in page.inner_text("#plugins")
     stop = threading.Event()
     model = model_name(service)

@@ -104,7 +104,10 @@
       ["quantization", info.quantization_reason
         ? info.quantization + " (" + info.quantization_reason + ")" : info.quantization],
       ["dtype", info.dtype_reason ? info.dtype + " (" + info.dtype_reason + ")" : info.dtype],
-      ["kernels", info.kernels], ["KV cache dtype", info.kv_cache_dtype],
+      ["kernels", info.kernels],
+      ["weights", info.weight_bytes && (info.weight_bytes / 1e6).toFixed(1) + " MB, " +
+        (info.weight_huge_page_bytes / 1e6).toFixed(1) + " MB of them in huge pages"],
+      ["KV cache dtype", info.kv_cache_dtype],
       ["compiled decode step", info.compile],
       ["device", info.device], ["prefix cache", info.cache],
       ["minisgl", info.version],
