@@ -64,7 +64,7 @@ def buffer(nbytes: int) -> torch.Tensor | None:
 
 def empty(shape: Sequence[int], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """``torch.empty(shape, dtype=dtype, device=device)``, in huge pages on the CPU (zeroed)."""
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     place = buffer(nbytes) if torch.device(device).type == "cpu" else None
     if place is None:
         return torch.empty(tuple(shape), dtype=dtype, device=device)

@@ -8,7 +8,6 @@ one kernel everywhere it applies.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -103,20 +102,11 @@ class Linear:
     def tensors(self) -> list[torch.Tensor]:
         """The tensors the weight (in its kernels' layout) and the bias are stored in; a
         library's opaque packed weight has none to give."""
-        return [*_tensors_of(self.weight), *([] if self.bias is None else [self.bias])]
+        bias = [] if self.bias is None else [self.bias]
+        return [*native_ops.layout_tensors(self.weight), *bias]
 
     def _bias_nbytes(self) -> int:
         return 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
-
-
-def _tensors_of(packed: object) -> list[torch.Tensor]:
-    if isinstance(packed, torch.Tensor):
-        return [packed]
-    if isinstance(packed, tuple | list):
-        return [t for part in packed for t in _tensors_of(part)]
-    if dataclasses.is_dataclass(packed):  # Int4Panels, PanelsCopy, ...: tensors among fields
-        return [t for f in dataclasses.fields(packed) for t in _tensors_of(getattr(packed, f.name))]
-    return []
 
 
 LAYER_MATMULS = ("qkv", "o", "gate_up", "down")  # a decoder layer's Linears

@@ -12,6 +12,7 @@ turns it off.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -136,15 +137,18 @@ def _register_fakes() -> None:
         return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))
 
 
-def _layout_tensors(packed: Any) -> list[torch.Tensor]:
-    """A packed weight as the library takes it: ``[w]``, ``[q, scale(, min)]``, or int4 panels
-    with a copy beside them (matmul/wo_copy.py) ``[q, scale, min, w]``."""
+def layout_tensors(packed: Any) -> list[torch.Tensor]:
+    """A packed weight's tensors in its fields' order, as the library takes them: ``[w]``,
+    ``[q, scale(, min)]``, or int4 panels with a copy beside them (matmul/wo_copy.py)
+    ``[q, scale, min, w]``; none from a library's opaque packed weight."""
     if isinstance(packed, torch.Tensor):
         return [packed]
-    if hasattr(packed, "dense"):
-        return [*_layout_tensors(packed.panels), packed.dense]
-    names = ("q", "scale", "min") if hasattr(packed, "min") else ("q", "scale")
-    return [getattr(packed, n) for n in names]
+    if isinstance(packed, tuple | list):
+        return [t for part in packed for t in layout_tensors(part)]
+    if dataclasses.is_dataclass(packed):  # Int4Panels, PanelsCopy, Int8Weight, ...
+        return [t for f in dataclasses.fields(packed)
+                for t in layout_tensors(getattr(packed, f.name))]
+    return []
 
 
 def register(linear: Any) -> bool:
@@ -154,7 +158,7 @@ def register(linear: Any) -> bool:
     kernels = linear.kernels
     if not all(k.name in KINDS for k in kernels):
         return False
-    tensors = _layout_tensors(linear.weight)
+    tensors = layout_tensors(linear.weight)
     if tensors[0].device.type != "cpu" or not available():
         return False
     minimums = [getattr(k, "minimum", 1) for k in kernels]
