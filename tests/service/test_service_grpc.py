@@ -68,26 +68,31 @@ def test_grpc_cancel_frees_pages(both: tuple[RunningService, str]) -> None:
     svc, url = both
     request = build_request("go on", max_tokens=400, temperature=0.0)
     request.sampling.ignore_eos = True
-    aborted = svc.metrics().get("minisgl_scheduler_finished_abort_total", 0.0)
-    # The tiny model can finish 400 tokens before a cancel sent at the first message reaches
-    # the scheduler: the scheduler is frozen while the cancel travels, so it finds the abort in
-    # its inbox before its next step; a few tries (bounded) cover a client too slow to see the
-    # first message before the last token, and a loaded host's slower way to the scheduler.
-    for attempt in range(5):
+    # The tiny model's 400 tokens can all be made before its first message reaches a client on
+    # a fast or loaded host, so the cancel is not timed from the client's side: the request
+    # waits at the frozen scheduler, which then runs a few milliseconds (its prefill and a few
+    # steps of 400) and is frozen again while the cancel travels; it finds the abort in its
+    # inbox before its next step. Longer waits at each try (bounded) for a busy host's slower
+    # way from the gRPC server to the scheduler.
+    for attempt in range(3):
+        before = svc.metrics()
+        aborted = before.get("minisgl_scheduler_finished_abort_total", 0.0)
+        passed_on = before["minisgl_tokenizer_requests_total"]
         with grpc.insecure_channel(url) as channel:
-            call = pb2_grpc.GeneratorStub(channel).Generate(request, timeout=60)
-            for _ in call:
-                with svc.paused("scheduler"):
-                    call.cancel()
-                    # the cancel's way to the scheduler's socket takes ms; longer at each try,
-                    # for a host busy with other tests (0.2 s did not do on one, 5 times)
-                    time.sleep(0.2 * 2 ** attempt)
-                break
+            with svc.paused("scheduler") as scheduler:
+                call = pb2_grpc.GeneratorStub(channel).Generate(request, timeout=60)
+                svc.wait_metrics(lambda m, n=passed_on: m["minisgl_tokenizer_requests_total"] > n,
+                                 what="the request passed on to the scheduler")
+                scheduler.resume()
+                time.sleep(0.005)
+                scheduler.suspend()
+                call.cancel()
+                time.sleep(0.5 * 2 ** attempt)
         m = svc.wait_metrics(_idle, what="the service idle")
         assert _idle(m), m  # pages back whether the cancel or the length limit ended it
         if m.get("minisgl_scheduler_finished_abort_total", 0.0) > aborted:
             return
-    pytest.fail(f"no cancel reached the scheduler in 5 tries: {m}")
+    pytest.fail(f"no cancel reached the scheduler in 3 tries: {m}")
 
 
 def test_grpc_bad_request_is_invalid_argument(both: tuple[RunningService, str]) -> None:
