@@ -45,8 +45,9 @@ def inconsistency(m: dict[str, float]) -> str | None:
     return None
 
 
-def test_a_scrape_never_shows_running_requests_without_their_pages(
-        scheduled: RunningService) -> None:
+def _scraped_during_load(scheduled: RunningService) -> list[dict[str, float]]:
+    """Every /metrics scrape taken, back to back, while REQUESTS requests ran CONCURRENCY at a
+    time."""
     name = scheduled.model_name()
     done = threading.Event()
     scrapes: list[dict[str, float]] = []
@@ -76,6 +77,19 @@ def test_a_scrape_never_shows_running_requests_without_their_pages(
     done.set()
     scraper.join(60)
     assert not failures, failures[:3]
+    return scrapes
+
+
+def test_a_scrape_never_shows_running_requests_without_their_pages(
+        scheduled: RunningService) -> None:
+    # the scheduler reports its gauges every 0.2 s while busy: on a fast host the tiny model can
+    # serve all the requests between two reports, so the load runs again (at most 3 times) until
+    # a scrape has seen requests running; every scrape of every run must be consistent
+    scrapes: list[dict[str, float]] = []
+    for _ in range(3):
+        scrapes += _scraped_during_load(scheduled)
+        if any(m["minisgl_requests_running"] > 0 for m in scrapes):
+            break
     busy = [m for m in scrapes if m["minisgl_requests_running"] > 0]
     assert busy, f"no scrape of {len(scrapes)} saw a running request"
     bad = [(why, m) for m in scrapes if (why := inconsistency(m))]
