@@ -82,7 +82,7 @@ def _scraped_during_load(scheduled: RunningService) -> list[dict[str, float]]:
 
 def test_a_scrape_never_shows_running_requests_without_their_pages(
         scheduled: RunningService) -> None:
-    # the scheduler reports its gauges every 0.2 s while busy: on a fast host the tiny model can
+    # the scheduler reports its gauges every 0.1 s while busy: on a fast host the tiny model can
     # serve all the requests between two reports, so the load runs again (at most 3 times) until
     # a scrape has seen requests running; every scrape of every run must be consistent
     scrapes: list[dict[str, float]] = []
