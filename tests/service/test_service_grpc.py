@@ -34,6 +34,12 @@ def _idle(m: dict[str, float]) -> bool:
             and m["minisgl_requests_running"] == 0 and m["minisgl_requests_waiting"] == 0)
 
 
+def _ended(m: dict[str, float]) -> float:
+    """Requests the scheduler has ended, for any reason (its finished_*_total counters)."""
+    return sum(v for k, v in m.items()
+               if k.startswith("minisgl_scheduler_finished_") and k.endswith("_total"))
+
+
 def grpc_text(url: str, prompt: str, max_tokens: int) -> tuple[str, str, int]:
     from minisgl_frontend_grpc.client import build_request, stream_generate
 
@@ -77,7 +83,7 @@ def test_grpc_cancel_frees_pages(both: tuple[RunningService, str]) -> None:
     for attempt in range(3):
         before = svc.metrics()
         aborted = before.get("minisgl_scheduler_finished_abort_total", 0.0)
-        passed_on = before["minisgl_tokenizer_requests_total"]
+        passed_on, ended = before["minisgl_tokenizer_requests_total"], _ended(before)
         with grpc.insecure_channel(url) as channel:
             with svc.paused("scheduler") as scheduler:
                 call = pb2_grpc.GeneratorStub(channel).Generate(request, timeout=60)
@@ -88,7 +94,10 @@ def test_grpc_cancel_frees_pages(both: tuple[RunningService, str]) -> None:
                 scheduler.suspend()
                 call.cancel()
                 time.sleep(0.5 * 2 ** attempt)
-        m = svc.wait_metrics(_idle, what="the service idle")
+        # the scheduler's figures reach /metrics a moment after it acts, and it may not have
+        # read the request before it was frozen: wait for it to have ended the request
+        m = svc.wait_metrics(lambda m, n=ended: _ended(m) > n and _idle(m),
+                             what="the request ended and the service idle")
         assert _idle(m), m  # pages back whether the cancel or the length limit ended it
         if m.get("minisgl_scheduler_finished_abort_total", 0.0) > aborted:
             return
