@@ -63,10 +63,25 @@ def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
 
 def inductor_cache() -> str:
     """Where inductor keeps its FX-graph and AOT caches: ``$TORCHINDUCTOR_CACHE_DIR``, else the
-    project's cache directory (set for this process, so compiled graphs outlive it)."""
+    project's cache directory's ``inductor/<code_isa()>`` (set for this process, so compiled
+    graphs outlive it)."""
     from minisgl_core.store.paths import cache_dir
 
-    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                                 str(cache_dir() / "inductor" / code_isa()))
+
+
+def code_isa() -> str:
+    """The instructions compiled code may use in this process (``avx2-avx2`` on an AVX2-only
+    host): ATen's CPU capability (which inductor's vector code follows; ``ATEN_CPU_CAPABILITY``
+    narrows it), then the CPU's features as the kernels see them (cpu_features). Inductor's
+    caches do not keep one kind's graphs from another's: graphs compiled where ATen ran
+    AVX-512 and loaded where it ran AVX2 made wrong tokens (a cache folder shared by two
+    hosts, or a masked run)."""
+    from minisgl_core.kernels import cpu_features
+
+    return "-".join([torch.backends.cpu.get_cpu_capability().lower(),
+                     *cpu_features.canonical(cpu_features.features()).split(",")])
 
 
 def graphs_marker(key_text: str) -> Path:

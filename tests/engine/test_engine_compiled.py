@@ -160,3 +160,28 @@ def test_auto_compiles_unless_the_configuration_has_no_compiled_step(monkeypatch
     on, why = resolve_compile(None, Plain(), "cpu", False)
     assert not on and "no C++ compiler" in why
     assert resolve_compile(None, Plain(), "cuda:0", False) == (True, AUTO_ON)  # triton's
+
+
+def _inductor_cache_of(env: dict[str, str]) -> str:
+    import subprocess
+
+    code = "from minisgl_core.engine.compiled import inductor_cache; print(inductor_cache())"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
+def test_graphs_of_other_vector_code_are_cached_apart(tmp_path) -> None:
+    # graphs compiled where ATen ran AVX-512 and loaded where it ran AVX2 made wrong tokens, so
+    # each kind of code the process may run gets its own inductor cache (ATEN_CPU_CAPABILITY
+    # default: no vector code at all, which differs from any x86 host's own)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    env["MINISGL_CACHE_DIR"] = str(tmp_path)
+    own = _inductor_cache_of(env)
+    scalar = _inductor_cache_of({**env, "ATEN_CPU_CAPABILITY": "default"})
+    assert own != scalar
+    assert os.path.dirname(own) == os.path.dirname(scalar) == str(tmp_path / "inductor")
+    assert os.path.basename(scalar).startswith("default-")
+    assert _inductor_cache_of({**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "x")}) \
+        == str(tmp_path / "x")  # the user's own folder is taken as it is
