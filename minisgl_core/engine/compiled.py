@@ -38,7 +38,7 @@ import torch
 
 from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, RowKeys, Workspace
 from minisgl_core.engine.kv_cache import KVPool
-from minisgl_core.kernels import python_ops_in_graphs, without_collectives
+from minisgl_core.kernels import python_ops_in_graphs, vector_code_kind, without_collectives
 
 log = logging.getLogger(__name__)
 WARM_BATCHES = (1, 2)  # batch 1, then the graph every batch >= 2 shares
@@ -63,25 +63,13 @@ def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
 
 def inductor_cache() -> str:
     """Where inductor keeps its FX-graph and AOT caches: ``$TORCHINDUCTOR_CACHE_DIR``, else the
-    project's cache directory's ``inductor/<code_isa()>`` (set for this process, so compiled
-    graphs outlive it)."""
+    project's cache directory's ``inductor/<vector_code_kind()>`` (set for this process, so
+    compiled graphs outlive it): inductor's own keys do not keep graphs made for one kind of
+    vector code from a process that runs another (kernels.cpu_features says why)."""
     from minisgl_core.store.paths import cache_dir
 
     return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
-                                 str(cache_dir() / "inductor" / code_isa()))
-
-
-def code_isa() -> str:
-    """The instructions compiled code may use in this process (``avx2-avx2`` on an AVX2-only
-    host): ATen's CPU capability (which inductor's vector code follows; ``ATEN_CPU_CAPABILITY``
-    narrows it), then the CPU's features as the kernels see them (cpu_features). Inductor's
-    caches do not keep one kind's graphs from another's: graphs compiled where ATen ran
-    AVX-512 and loaded where it ran AVX2 made wrong tokens (a cache folder shared by two
-    hosts, or a masked run)."""
-    from minisgl_core.kernels import cpu_features
-
-    return "-".join([torch.backends.cpu.get_cpu_capability().lower(),
-                     *cpu_features.canonical(cpu_features.features()).split(",")])
+                                 str(cache_dir() / "inductor" / vector_code_kind()))
 
 
 def graphs_marker(key_text: str) -> Path:

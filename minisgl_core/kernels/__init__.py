@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved lazily below
     from minisgl_core.kernels import cpu_features, elementwise, kv_int8, prefill_attention
     from minisgl_core.kernels.attention import Workspace, gathered, sdpa_decode
+    from minisgl_core.kernels.cpu_features import vector_code_kind
     from minisgl_core.kernels.linear import Linear, model_linears, model_weight_bytes
     from minisgl_core.kernels.matmul import choice
     from minisgl_core.kernels.matmul.base import BUCKETS, Kernel, bucket_of, padded_rows
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # read by type checkers and the import contracts; resolved la
 # thread compiling a graph while another runs the model.
 _WHERE = {
     "cpu_features": "minisgl_core.kernels.cpu_features",
+    "vector_code_kind": "minisgl_core.kernels.cpu_features",
     "invariant": "minisgl_core.kernels.invariant",  # --deterministic's attention and ops
     "elementwise": "minisgl_core.kernels.elementwise",  # the eager step's norms, rotary, SwiGLU
     "kv_int8": "minisgl_core.kernels.kv_int8",
@@ -71,7 +73,7 @@ __all__ = ["BUCKETS", "QUANTIZATIONS", "Choice", "Int8Weight", "Kernel", "Linear
            "elementwise", "fp32_kernels", "gathered", "invariant", "kv_int8", "new_handle",
            "model_linears", "model_weight_bytes", "padded_rows", "paged_decode_attention",
            "prefill_attention", "python_ops_in_graphs", "role_scheme", "sdpa_decode",
-           "without_collectives"]
+           "vector_code_kind", "without_collectives"]
 
 
 def __getattr__(name: str) -> Any:

@@ -151,6 +151,18 @@ def masked_env(mask: str, base: Mapping[str, str] | None = None) -> dict[str, st
     return env
 
 
+def vector_code_kind() -> str:
+    """The kind of code this process runs and compiles (``avx2-avx2`` on an AVX2-only host):
+    ATen's CPU capability, which inductor's generated vector code follows
+    (``ATEN_CPU_CAPABILITY`` narrows it), then the features the kernels may use. Graphs compiled
+    where ATen ran AVX-512 and loaded from inductor's cache where it ran AVX2 made token 0 at
+    every step, so compiled graphs are cached apart by it (imports torch)."""
+    import torch
+
+    return "-".join([torch.backends.cpu.get_cpu_capability().lower(),
+                     *canonical(features()).split(",")])
+
+
 def kinds_below_host() -> list[str]:
     """The host kinds a mask can run here: those with fewer features than this CPU."""
     host = host_features()
