@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
@@ -153,7 +154,8 @@ def test_percentile_matches_numpy() -> None:
 CHUNKS = ["Hel", "lo", " there"]
 
 
-def strict_app() -> Any:
+def strict_app(chunks: tuple[str, ...] = tuple(CHUNKS), usage: int | None = None) -> Any:
+    """``chunks`` as the answer's deltas; with ``usage``, a last chunk saying that many tokens."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, StreamingResponse
@@ -170,11 +172,14 @@ def strict_app() -> Any:
         assert body["model"] == "strict-model" and body["stream"] is True
 
         async def events() -> Any:
-            for text in CHUNKS:
+            for text in chunks:
                 chunk = {"choices": [{"index": 0, "delta": {"content": text},
                                       "finish_reason": None}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
-            done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            done: dict[str, Any] = {"choices": [{"index": 0, "delta": {},
+                                                 "finish_reason": "stop"}]}
+            if usage is not None:
+                done["usage"] = {"completion_tokens": usage, "prompt_tokens": 5}
             yield f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -183,12 +188,13 @@ def strict_app() -> Any:
                              Route("/v1/chat/completions", chat, methods=["POST"])])
 
 
-@pytest.fixture
-def strict_server() -> Iterator[str]:
+@contextlib.contextmanager
+def running(app: Any) -> Iterator[str]:
+    """``app`` served on a free 127.0.0.1 port for the block; its URL."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(strict_app(), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -203,12 +209,29 @@ def strict_server() -> Iterator[str]:
         thread.join(10)
 
 
+@pytest.fixture
+def strict_server() -> Iterator[str]:
+    with running(strict_app()) as url:
+        yield url
+
+
 def test_serve_drops_refused_ignore_eos(strict_server: str) -> None:
     (level,) = serve_cli.main(strict_server, [3], 6, 64, json_lines=False, progress=False)
     assert level["ignore_eos"] is False
     assert (level["completed"], level["failures"]) == (6, 0)
     assert level["output_tokens"] == 6 * len(CHUNKS)  # no usage chunk: one token per text chunk
     assert level["prompt_tokens"] == 0
+
+
+def test_answers_of_many_tokens_without_text_are_failures() -> None:
+    # a step that made token 0 every time streamed empty deltas: no speed is read from it, the
+    # warm-up request says why
+    with running(strict_app(("", ""), usage=64)) as url, \
+            pytest.raises(RuntimeError, match="64 tokens without any text"):
+        serve_cli.main(url, [2], 4, 64, json_lines=False, progress=False)
+    with running(strict_app(("", "Paris"), usage=64)) as url:  # some text: an answer
+        (level,) = serve_cli.main(url, [2], 4, 64, json_lines=False, progress=False)
+    assert (level["completed"], level["failures"]) == (4, 0)
 
 
 # ---- a server that closes each connection after a streamed answer, unannounced --------------

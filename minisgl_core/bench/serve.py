@@ -24,6 +24,7 @@ TOPICS = ("the history of the bicycle", "how rainbows form", "why the sky is blu
 FILLER = ("Please answer with care, give a few concrete examples and facts, and explain each "
           "step in plain words so that a curious student can follow along easily. ").split()
 GRACE_S = 300.0  # after the time limit, requests in flight get this long before they are cut
+WORDLESS_TOKENS = 8  # an answer of this many tokens or more without any text is a failure
 
 
 def make_messages(index: int, prompt_len: int | None = None) -> list[dict[str, str]]:
@@ -119,7 +120,8 @@ async def _stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any]
                     break
                 for choice in chunk.get("choices") or ():
                     first_any = now if math.isnan(first_any) else first_any
-                    if (choice.get("delta") or {}).get("content"):
+                    delta = choice.get("delta") or {}
+                    if delta.get("content") or delta.get("reasoning_content"):
                         first_text = now if math.isnan(first_text) else first_text
                         text_chunks += 1
                     finish = choice.get("finish_reason") or finish
@@ -131,6 +133,10 @@ async def _stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any]
         tokens, prompt_tokens = int(usage["completion_tokens"]), int(usage["prompt_tokens"])
     else:  # a server without include_usage: one chunk per token is the best guess
         tokens = text_chunks
+    if not error and tokens >= WORDLESS_TOKENS and not text_chunks:
+        # a real model says something in that many tokens: a speed of answers without text
+        # (special tokens, token 0 from a broken step) is no speed at all
+        error = f"{tokens} tokens without any text"
     ttft = first_text if not math.isnan(first_text) else first_any
     return Record(not error, start, ttft, e2e, tokens, prompt_tokens, error)
 
