@@ -38,11 +38,14 @@ import torch
 
 from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, RowKeys, Workspace
 from minisgl_core.engine.kv_cache import KVPool
+from minisgl_core.engine.step_guards import keep_input_guards, own_copy
 from minisgl_core.kernels import python_ops_in_graphs, vector_code_kind, without_collectives
 
 log = logging.getLogger(__name__)
 WARM_BATCHES = (1, 2)  # batch 1, then the graph every batch >= 2 shares
 _WARM_LEN = 17  # keys in the warm-up steps: any length >= 2 that no other size equals
+# _decode_step's arguments that change from step to step: a graph keeps only their guards
+_STEP_INPUTS = ("input_ids", "positions", "out_slots", "kv_index", "mask", "invariant_rows")
 
 
 def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -107,8 +110,10 @@ class CompiledDecode:
         self.model, self.kv, self.ws, self.device = model, kv, ws, device
         self.invariant_rows = invariant_rows  # --deterministic: _decode_step's invariant_rows
         inductor_cache()
-        self._compiled = torch.compile(_decode_step, options={"cpp_wrapper": True})
-        self._run_only = torch._dynamo.run(_decode_step)
+        step = own_copy(_decode_step)  # this engine's graphs, apart from any other's
+        self._compiled = torch.compile(step, options={
+            "cpp_wrapper": True, "guard_filter_fn": keep_input_guards(_STEP_INPUTS)})
+        self._run_only = torch._dynamo.run(step)
         self._ready: set[int] = set()  # warm batches whose graph is compiled (1, 2)
         self._closed = False
         self._thread: threading.Thread | None = None

@@ -141,6 +141,42 @@ def test_new_graphs_compile_on_a_thread_at_the_lowest_priority(compiled_fp32,
     assert seen == [19] and not compiler.loaded_before_ready
 
 
+def test_two_compiled_engines_in_one_process_each_run_their_own_graphs(compiled_fp32, make_engine,
+                                                                        drain,
+                                                                        tokens_of) -> None:
+    # a graph guards only on the step's inputs, not on the model (step_guards.py): another
+    # engine's graphs, for a model of another shape (qwen3: q/k norms), would pass its guards
+    other = make_engine("qwen3", page_size=4, compile=True)
+    assert other.compiled.wait(600), other.compiled.status()
+    for engine, arch in ((other, "qwen3"), (compiled_fp32, "llama")):
+        eager = make_engine(arch, page_size=4)
+        prompts = _prompts(eager.vocab_size)
+        want = _greedy(eager, prompts, drain, tokens_of)
+        graphs, got = _ran_compiled(lambda e=engine, p=prompts: _greedy(e, p, drain, tokens_of))
+        assert got == want, arch
+        assert len(graphs) == 2, (arch, graphs)
+
+
+def test_graphs_keep_the_guards_on_the_steps_inputs_only() -> None:
+    from types import SimpleNamespace
+
+    from minisgl_core.engine.step_guards import keep_input_guards, own_copy
+
+    names = ["", "input_ids", "kv_index", "mask", "model", "model.layers[0].qkv.handle",
+             "type(model.layers[0].o).__call__", "G['__import_torch']", "kv.quantized",
+             "input_ids_of_another", "dict(type(model).__mro__[0].__dict__)['deterministic']"]
+    keep = keep_input_guards(("input_ids", "kv_index", "mask"))
+    kept = keep([SimpleNamespace(name=n) for n in names])
+    kept_names = [n for n, k in zip(names, kept, strict=True) if k]
+    assert kept_names == ["", "input_ids", "kv_index", "mask"]
+
+    def step(x: int, y: int = 2) -> int:
+        return x + y
+
+    copy = own_copy(step)
+    assert copy.__code__ is not step.__code__ and copy(1) == step(1) == 3
+
+
 def test_auto_compiles_unless_the_configuration_has_no_compiled_step(monkeypatch) -> None:
     from minisgl_core.engine import compile_choice
 
