@@ -46,6 +46,9 @@ WARM_BATCHES = (1, 2)  # batch 1, then the graph every batch >= 2 shares
 _WARM_LEN = 17  # keys in the warm-up steps: any length >= 2 that no other size equals
 # _decode_step's arguments that change from step to step: a graph keeps only their guards
 _STEP_INPUTS = ("input_ids", "positions", "out_slots", "kv_index", "mask", "invariant_rows")
+# graphs whose fused code runs on one thread: at one row each fused kernel handles 0.5-12 K
+# values, less than opening a parallel region costs (design/kernels.md, 12)
+SERIAL_FUSED_CODE = frozenset({1})
 
 
 def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -228,8 +231,10 @@ class CompiledDecode:
                 what = "batch 1" if batch == 1 else "every batch of 2 or more"
                 log.info("%s the decode step for %s (cache %s)", doing, what, inductor_cache())
                 start = time.perf_counter()
+                serial = torch._inductor.config.patch({"cpp.threads": 1}) \
+                    if batch in SERIAL_FUSED_CODE else contextlib.nullcontext()
                 try:
-                    with without_collectives(), self._graph_ops():
+                    with without_collectives(), self._graph_ops(), serial:
                         self._compiled(*self._warm_inputs(batch))
                 except Exception as exc:  # noqa: BLE001  (any compiler error: stay eager)
                     self.failure = f"{type(exc).__name__}: {exc}"[:500]

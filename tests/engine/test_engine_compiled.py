@@ -141,6 +141,19 @@ def test_new_graphs_compile_on_a_thread_at_the_lowest_priority(compiled_fp32,
     assert seen == [19] and not compiler.loaded_before_ready
 
 
+def test_the_one_request_graph_runs_its_fused_code_on_one_thread(compiled_fp32,
+                                                                 monkeypatch) -> None:
+    from minisgl_core.engine.compiled import CompiledDecode
+
+    engine = compiled_fp32
+    compiler = CompiledDecode(engine.model, engine.kv, engine.workspace, engine.device)
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(compiler, "_compiled", lambda model, ids, *rest: seen.append(
+        (ids.shape[0], torch._inductor.config.cpp.threads)))
+    compiler.compile_now()
+    assert seen == [(1, 1), (2, -1)]  # -1: inductor's default, every thread torch has
+
+
 def test_two_compiled_engines_in_one_process_each_run_their_own_graphs(compiled_fp32, make_engine,
                                                                         drain,
                                                                         tokens_of) -> None:
