@@ -83,7 +83,9 @@ def graphs_marker(key_text: str) -> Path:
     minisgl, thread count and device) are in inductor's cache."""
     from minisgl_core.version import __version__
 
-    text = f"{torch.__version__} {__version__} {torch.get_num_threads()} {key_text}"
+    # the graphs' own options too: graphs compiled with others are not in the cache
+    text = (f"{torch.__version__} {__version__} {torch.get_num_threads()} "
+            f"serial {sorted(SERIAL_FUSED_CODE)} {key_text}")
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     return Path(inductor_cache()) / "minisgl-decode" / f"{key}.json"
 
