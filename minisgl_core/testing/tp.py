@@ -92,7 +92,17 @@ def _generate_rank(rank: int, size: int, port: int, model: str, prompts: list[li
     # compiled: every decode step of the run on this rank's graphs (a failed compile is an error)
     if engine.compiled is not None and not engine.compiled.wait():
         raise RuntimeError(f"rank {rank}: the decode step {engine.compiled.status()}")
-    result = _generate(engine, prompts, max_tokens) if rank == 0 else engine.follow()
+    if rank != 0:
+        result = engine.follow()
+    elif engine.compiled is None:
+        result = _generate(engine, prompts, max_tokens)
+    else:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            result = _generate(engine, prompts, max_tokens)
+        if not any(e.key.startswith("Torch-Compiled Region") for e in prof.key_averages()):
+            raise RuntimeError("rank 0: no decode step ran on its compiled graphs")
     engine.close()
     return result
 
