@@ -17,8 +17,9 @@
 /* How far ahead of the weight being read the next is asked for: the row's end and the rows after
  * it, which the hardware prefetcher alone fetched too late (int8 at one row: 21-23 GB/s without,
  * 26-28 GB/s with, 2 threads, a 36 GB/s host; docs/design/kernels.md, 7. The native kernels
- * alone). 6 KiB, not 2: Qwen3-1.7B's int4 panels, 2 threads, a Zen 5 reading 83 GB/s, 1 row
- * 66-73 -> 71-75 GB/s (AVX2 code: 56-59 -> 65-71), 8 rows 34 -> 43 GB/s (design/kernels.md, 29) */
+ * alone). 6 KiB, not 2: Qwen3-1.7B's int4 panels, 2 threads, a Zen 5 reading 80-85 GB/s, 1
+ * row 66-73 -> 68-75 GB/s (AVX2 code: 56-59 -> 65-71), 8 rows 34 -> 43 GB/s (design/kernels.md,
+ * 29) */
 #ifndef PREFETCH_BYTES  /* benchmarks/panels_prefetch.py builds the library with others */
 #define PREFETCH_BYTES 6144
 #endif
