@@ -97,11 +97,10 @@ def _generate_rank(rank: int, size: int, port: int, model: str, prompts: list[li
     elif engine.compiled is None:
         result = _generate(engine, prompts, max_tokens)
     else:
-        from torch.profiler import ProfilerActivity, profile
+        from minisgl_core.testing.compiled_runs import compiled_runs
 
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            result = _generate(engine, prompts, max_tokens)
-        if not any(e.key.startswith("Torch-Compiled Region") for e in prof.key_averages()):
+        graphs, result = compiled_runs(lambda: _generate(engine, prompts, max_tokens))
+        if not graphs:
             raise RuntimeError("rank 0: no decode step ran on its compiled graphs")
     engine.close()
     return result

@@ -16,6 +16,7 @@ import torch
 
 from minisgl_core.engine.attention import build_metadata
 from minisgl_core.engine.compile_choice import AUTO_ON, resolve_compile
+from minisgl_core.testing.compiled_runs import compiled_runs
 from minisgl_core.wire.schema import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
@@ -55,7 +56,7 @@ def test_compiled_step_gives_the_eager_greedy_tokens(compiled_fp32, make_engine,
     eager = make_engine("llama", page_size=4)
     prompts = _prompts(eager.vocab_size)
     want = _greedy(eager, prompts, drain, tokens_of)
-    graphs, got = _ran_compiled(lambda: _greedy(compiled_fp32, prompts, drain, tokens_of))
+    graphs, got = compiled_runs(lambda: _greedy(compiled_fp32, prompts, drain, tokens_of))
     assert got == want
     # both graphs served: batch 1 while "a" ran alone, the batch graph once the others joined;
     # every step after the prefills is a decode step
@@ -75,21 +76,10 @@ def test_a_short_prefill_runs_in_the_graph_and_a_long_one_eagerly(compiled_fp32,
     eager = make_engine("llama", page_size=4)
     for rid, prompt, compiled in (("s", short, True), ("l", long, False)):
         compiled_fp32.add_request(rid, prompt, one)  # a prefill step only: nothing to decode
-        graphs, outs = _ran_compiled(lambda: drain(compiled_fp32))
+        graphs, outs = compiled_runs(lambda: drain(compiled_fp32))
         eager.add_request(rid, prompt, one)
         assert tokens_of(outs[rid]) == tokens_of(drain(eager)[rid])
         assert bool(graphs) is compiled, (rid, graphs)
-
-
-def _ran_compiled(fn) -> tuple[dict[str, int], object]:
-    """The compiled graphs ``fn()`` ran, with how often (a guard miss runs eagerly instead:
-    nothing would be counted), and its result."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        out = fn()
-    return {e.key: e.count for e in prof.key_averages()
-            if e.key.startswith("Torch-Compiled Region")}, out
 
 
 def _decode_logits(engine, prompts: list[list[int]], drain) -> torch.Tensor:
@@ -104,8 +94,8 @@ def _decode_logits(engine, prompts: list[list[int]], drain) -> torch.Tensor:
     with torch.inference_mode():  # as in Engine.step: the graphs guard on inference tensors
         ids = torch.tensor([r.output_ids[-1] for r in running])
         meta = build_metadata(decode, [], engine.page_size, engine.device)
-        graphs, hidden = _ran_compiled(lambda: engine.forward(ids, meta, engine.kv,
-                                                              engine.workspace))
+        graphs, hidden = compiled_runs(lambda: engine.forward(ids, meta, engine.kv,
+                                                               engine.workspace))
         logits = engine.model.logits(hidden)
     assert sum(graphs.values()) == (1 if engine.compiled is not None else 0)
     drain(engine)
@@ -165,7 +155,7 @@ def test_two_compiled_engines_in_one_process_each_run_their_own_graphs(compiled_
         eager = make_engine(arch, page_size=4)
         prompts = _prompts(eager.vocab_size)
         want = _greedy(eager, prompts, drain, tokens_of)
-        graphs, got = _ran_compiled(lambda e=engine, p=prompts: _greedy(e, p, drain, tokens_of))
+        graphs, got = compiled_runs(lambda e=engine, p=prompts: _greedy(e, p, drain, tokens_of))
         assert got == want, arch
         assert len(graphs) == 2, (arch, graphs)
 
