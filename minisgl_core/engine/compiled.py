@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -44,8 +45,8 @@ from minisgl_core.kernels import python_ops_in_graphs, vector_code_kind, without
 log = logging.getLogger(__name__)
 WARM_BATCHES = (1, 2)  # batch 1, then the graph every batch >= 2 shares
 _WARM_LEN = 17  # keys in the warm-up steps: any length >= 2 that no other size equals
-# _decode_step's arguments that change from step to step: a graph keeps only their guards
-_STEP_INPUTS = ("input_ids", "positions", "out_slots", "kv_index", "mask", "invariant_rows")
+# _decode_step's arguments fixed for the engine's life: a graph keeps the guards on the others
+_FIXED_ARGS = ("model", "kv", "ws")
 # graphs whose fused code runs on one thread: at one row each fused kernel handles 0.5-12 K
 # values, less than opening a parallel region costs (design/kernels.md, 12)
 SERIAL_FUSED_CODE = frozenset({1})
@@ -117,7 +118,8 @@ class CompiledDecode:
         inductor_cache()
         step = own_copy(_decode_step)  # this engine's graphs, apart from any other's
         self._compiled = torch.compile(step, options={
-            "cpp_wrapper": True, "guard_filter_fn": keep_input_guards(_STEP_INPUTS)})
+            "cpp_wrapper": True, "guard_filter_fn": keep_input_guards(
+                [a for a in inspect.signature(step).parameters if a not in _FIXED_ARGS])})
         self._run_only = torch._dynamo.run(step)
         self._ready: set[int] = set()  # warm batches whose graph is compiled (1, 2)
         self._closed = False
