@@ -62,6 +62,17 @@ def test_argmax_of_masked_and_signed_zero_rows(isa: int) -> None:
 
 
 @pytest.mark.parametrize("isa", ISAS)
+def test_argmax_passes_over_nans(isa: int) -> None:
+    """NaNs are never the maximum (torch's max would return one); a row of NaNs gives 0. The
+    maximum in the last, partial block of the search, and in a later block than a NaN."""
+    x = torch.full((3, 131), float("nan"))
+    x[0, 1], x[0, 130] = 1.0, 3.0
+    x[1, 64], x[1, 100] = -2.0, -2.0
+    for dtype in (torch.float32, torch.bfloat16):
+        assert sampling.argmax(x.to(dtype), isa=isa) == [130, 64, 0]
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("peaked", [True, False])
 def test_draw_matches_the_sorted_inverse_cdf(isa: int, setting: tuple[float, int, float, float],

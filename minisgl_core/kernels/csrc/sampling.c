@@ -140,31 +140,46 @@ AI void cut_top(float *e, int V, int k, float top_p, float sum, cand *c) {
     for (int j = keep; j < m; j++) e[c[j].i] = 0.0f;
 }
 
+AI float widen_bf16(uint16_t h) {
+    uint32_t w = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+#define FIND_BLOCK 64  /* the search for the first maximum tests a block at once, then its items */
+
 /* first i with l[i] == max over the row (the first of equal ones, as torch's max(-1); NaNs are
- * passed over), l fp32 or, with bf16, bf16 bits */
+ * passed over; -0 and +0 equal), l fp32 or, with bf16, bf16 bits (fp32's top half, widened) */
 AI int64_t first_max(const void *row, int V, int bf16) {
+    const uint16_t *h = row;
+    const float *l = row;
     float mx = -INFINITY;
     if (bf16) {
-        const uint16_t *h = row;
-        uint16_t best = 0;
-        /* bf16 is fp32's top half: compared after widening, the first equal one found by bits */
 #pragma omp simd reduction(max : mx)
         for (int i = 0; i < V; i++) {
-            uint32_t w = (uint32_t)h[i] << 16;
-            float f;
-            memcpy(&f, &w, sizeof f);
+            float f = widen_bf16(h[i]);
             mx = f > mx ? f : mx;
         }
-        best = (uint16_t)(bits_of(mx) >> 16);
-        for (int i = 0; i < V; i++)
-            if (h[i] == best || (mx == 0.0f && (h[i] & 0x7fff) == 0)) return i;
-        return 0;
-    }
-    const float *l = row;
+    } else {
 #pragma omp simd reduction(max : mx)
-    for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
-    for (int i = 0; i < V; i++)
-        if (l[i] == mx) return i;
+        for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    }
+    /* an early exit does not vectorize: each block is tested whole, the one that holds the
+     * maximum then item by item */
+    for (int i0 = 0; i0 < V; i0 += FIND_BLOCK) {
+        int n = V - i0 < FIND_BLOCK ? V - i0 : FIND_BLOCK, hit = 0;
+        if (bf16) {
+#pragma omp simd reduction(| : hit)
+            for (int i = 0; i < n; i++) hit |= widen_bf16(h[i0 + i]) == mx;
+        } else {
+#pragma omp simd reduction(| : hit)
+            for (int i = 0; i < n; i++) hit |= l[i0 + i] == mx;
+        }
+        if (!hit) continue;
+        for (int i = 0; i < n; i++)
+            if ((bf16 ? widen_bf16(h[i0 + i]) : l[i0 + i]) == mx) return i0 + i;
+    }
     return 0;  /* NaNs only */
 }
 
