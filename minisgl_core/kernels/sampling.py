@@ -9,6 +9,7 @@ CDF at the same ``u``, so a seeded request draws the same tokens either way, up 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 
@@ -19,6 +20,14 @@ from minisgl_core.kernels.native import library as native
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 # the native calls' name in a profile (bench/profile.py counts it as sampling)
 LABEL = "minisgl::sample"
+
+
+def _labelled() -> contextlib.AbstractContextManager[object]:
+    """The native calls' profiler label, only while a profiler records: outside one the label
+    is still a dispatcher call, and a one-request step makes them cache-cold (tens of us)."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(LABEL)
+    return contextlib.nullcontext()
 
 
 def native_usable(logits: torch.Tensor) -> bool:
@@ -41,7 +50,7 @@ def argmax(logits: torch.Tensor, isa: int | None = None) -> list[int]:
     x = logits.contiguous()
     n, v = x.shape
     out = torch.empty(n, dtype=torch.int64)
-    with torch.profiler.record_function(LABEL):
+    with _labelled():
         lib.argmax_rows(x.data_ptr(), n, v, _DTYPES[x.dtype], out.data_ptr(),
                         native.best_isa() if isa is None else isa)
     return out.tolist()  # type: ignore[no-any-return]
@@ -65,7 +74,7 @@ def draw(logits: torch.Tensor, temperature: Sequence[float], top_k: Sequence[int
     mins = torch.tensor(min_p, dtype=torch.float32)
     us = u.to(torch.float64).contiguous()
     out = torch.empty(n, dtype=torch.int64)
-    with torch.profiler.record_function(LABEL):
+    with _labelled():
         done = lib.sample_rows(x.data_ptr(), n, v, temps.data_ptr(), ks.data_ptr(),
                                ps.data_ptr(), mins.data_ptr(), us.data_ptr(), out.data_ptr(),
                                native.best_isa() if isa is None else isa)
