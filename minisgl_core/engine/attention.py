@@ -79,15 +79,24 @@ def _slots(pages: Sequence[int], start: int, stop: int, page_size: int) -> list[
     return [pages[p // page_size] * page_size + p % page_size for p in range(start, stop)]
 
 
+_PAGE_OFFSETS: dict[int, torch.Tensor] = {}  # page size -> arange(page size) [P], made once
+
+
 def _slot_matrix(pages: Sequence[Sequence[int]], lengths: Sequence[int],
-                 page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slots ``[B, Lmax]`` of positions 0..len-1 of each sequence (0 past the end), valid mask."""
+                 page_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Slots ``[B, Lmax]`` of positions 0..len-1 of each sequence (0 past the end), and which
+    are valid ``[B, Lmax]``: None when every sequence is Lmax long (nothing past an end; a step
+    of one request builds no mask)."""
     lmax = max(lengths)
     npages = -(-lmax // page_size)
     table = torch.tensor([list(p[:npages]) + [0] * (npages - min(len(p), npages)) for p in pages],
                          dtype=torch.int64)  # [B, npages]
-    slots = (table.unsqueeze(-1) * page_size + torch.arange(page_size)).view(len(pages), -1)
-    slots = slots[:, :lmax]
+    offsets = _PAGE_OFFSETS.get(page_size)
+    if offsets is None:
+        offsets = _PAGE_OFFSETS.setdefault(page_size, torch.arange(page_size))
+    slots = (table.unsqueeze(-1) * page_size + offsets).view(len(pages), -1)[:, :lmax]
+    if min(lengths) == lmax:
+        return slots, None
     valid = torch.arange(lmax) < torch.tensor(lengths).unsqueeze(1)  # [B, Lmax]
     return torch.where(valid, slots, 0), valid
 
@@ -114,7 +123,7 @@ def build_metadata(decode: Sequence[tuple[Sequence[int], int]],
     if decode:
         lens = [kv_len for _, kv_len in decode]
         slots, valid = _slot_matrix([p for p, _ in decode], lens, page_size)
-        mask = None if min(lens) == max(lens) else dev(valid[:, None, None, :])
+        mask = None if valid is None else dev(valid[:, None, None, :])
         dmeta = GroupMeta(len(decode), 1, max(lens), dev(slots.flatten()), mask, None, None, False)
     pmeta = None
     if prefill:
