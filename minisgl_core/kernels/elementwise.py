@@ -4,10 +4,9 @@ or the tensors' dtype, device or layout do not fit; the caller then runs torch's
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
+from minisgl_core.kernels.native import labelled
 from minisgl_core.kernels.native import library as native
 
 _DTYPES = (torch.float32, torch.bfloat16)
@@ -20,14 +19,6 @@ ROPE, SWIGLU = "minisgl::rope", "minisgl::swiglu"
 def _fits(x: torch.Tensor) -> bool:
     """Whether ``x`` (rows of contiguous elements) can go to the library here."""
     return ENABLED and x.device.type == "cpu" and x.dtype in _DTYPES and x.stride(-1) == 1
-
-
-def _labelled(name: str, kernel: Callable[..., int], *args: object) -> int:
-    """``kernel(*args)``, under a profiler label while a profiler runs."""
-    if torch.autograd._profiler_enabled():
-        with torch.profiler.record_function(name):
-            return kernel(*args)
-    return kernel(*args)
 
 
 def rms_norm(x: torch.Tensor, weight32: torch.Tensor, eps: float) -> torch.Tensor | None:
@@ -53,9 +44,10 @@ def rope(qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
         return None
     rows, heads, dim = qk.shape
     y = torch.empty(rows, heads, dim, dtype=qk.dtype)
-    done = _labelled(ROPE, lib.rope_rows, qk.data_ptr(), qk.stride(0), rows, heads, dim,
-                     cos.data_ptr(), sin.data_ptr(), y.data_ptr(),
-                     int(qk.dtype == torch.bfloat16), torch.get_num_threads(), native.best_isa())
+    done = labelled.call(ROPE, lib.rope_rows, qk.data_ptr(), qk.stride(0), rows, heads, dim,
+                         cos.data_ptr(), sin.data_ptr(), y.data_ptr(),
+                         int(qk.dtype == torch.bfloat16), torch.get_num_threads(),
+                         native.best_isa())
     return y if done == 0 else None
 
 
@@ -66,7 +58,7 @@ def swiglu(gate_up: torch.Tensor) -> torch.Tensor | None:
         return None
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     y = torch.empty(rows, inter, dtype=gate_up.dtype)
-    done = _labelled(SWIGLU, lib.swiglu_rows, gate_up.data_ptr(), rows, inter, y.data_ptr(),
-                     int(gate_up.dtype == torch.bfloat16), torch.get_num_threads(),
-                     native.best_isa())
+    done = labelled.call(SWIGLU, lib.swiglu_rows, gate_up.data_ptr(), rows, inter,
+                         y.data_ptr(), int(gate_up.dtype == torch.bfloat16),
+                         torch.get_num_threads(), native.best_isa())
     return y if done == 0 else None

@@ -9,25 +9,17 @@ CDF at the same ``u``, so a seeded request draws the same tokens either way, up 
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 
 import torch
 
+from minisgl_core.kernels.native import labelled
 from minisgl_core.kernels.native import library as native
 
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 # the native calls' name in a profile (bench/profile.py counts it as sampling)
 LABEL = "minisgl::sample"
-
-
-def _labelled() -> contextlib.AbstractContextManager[object]:
-    """The native calls' profiler label, only while a profiler records: outside one the label
-    is still a dispatcher call, and a one-request step makes them cache-cold (tens of us)."""
-    if torch.autograd._profiler_enabled():
-        return torch.profiler.record_function(LABEL)
-    return contextlib.nullcontext()
 
 
 def native_usable(logits: torch.Tensor) -> bool:
@@ -50,9 +42,8 @@ def argmax(logits: torch.Tensor, isa: int | None = None) -> list[int]:
     x = logits.contiguous()
     n, v = x.shape
     out = torch.empty(n, dtype=torch.int64)
-    with _labelled():
-        lib.argmax_rows(x.data_ptr(), n, v, _DTYPES[x.dtype], out.data_ptr(),
-                        native.best_isa() if isa is None else isa)
+    labelled.call(LABEL, lib.argmax_rows, x.data_ptr(), n, v, _DTYPES[x.dtype], out.data_ptr(),
+                  native.best_isa() if isa is None else isa)
     return out.tolist()  # type: ignore[no-any-return]
 
 
@@ -74,10 +65,9 @@ def draw(logits: torch.Tensor, temperature: Sequence[float], top_k: Sequence[int
     mins = torch.tensor(min_p, dtype=torch.float32)
     us = u.to(torch.float64).contiguous()
     out = torch.empty(n, dtype=torch.int64)
-    with _labelled():
-        done = lib.sample_rows(x.data_ptr(), n, v, temps.data_ptr(), ks.data_ptr(),
-                               ps.data_ptr(), mins.data_ptr(), us.data_ptr(), out.data_ptr(),
-                               native.best_isa() if isa is None else isa)
+    done = labelled.call(LABEL, lib.sample_rows, x.data_ptr(), n, v, temps.data_ptr(),
+                         ks.data_ptr(), ps.data_ptr(), mins.data_ptr(), us.data_ptr(),
+                         out.data_ptr(), native.best_isa() if isa is None else isa)
     return out.tolist() if done == 0 else None
 
 

@@ -30,6 +30,7 @@ import torch
 
 from minisgl_core.kernels.matmul.base import Kernel, add_bias_residual
 from minisgl_core.kernels.matmul.w8a8 import quantize_weight
+from minisgl_core.kernels.native import labelled
 from minisgl_core.kernels.native import library as native
 
 log = logging.getLogger(__name__)
@@ -167,11 +168,7 @@ def native_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight, isa: int | None =
         args = (x.data_ptr(), rows, inp, w.q.data_ptr(), w.scale.data_ptr(), w.min.data_ptr(),
                 out, y.data_ptr(), threads, path)
         kernel, name = lib.wo_int4, PROFILE_NAMES[1]
-    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
-        with torch.profiler.record_function(name):
-            kernel(*args)
-    else:
-        kernel(*args)
+    labelled.call(name, kernel, *args)
     return y
 
 
@@ -200,10 +197,7 @@ def amx_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight | torch.Tensor,
     y = torch.empty(rows, out, dtype=dtype)
     call = (*args, out, y.data_ptr(), int(dtype == torch.bfloat16),
             None if res is None else res.data_ptr(), torch.get_num_threads())
-    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
-        with torch.profiler.record_function(PROFILE_NAMES[2]):
-            return y if kernel(*call) == 0 else None
-    return y if kernel(*call) == 0 else None
+    return y if labelled.call(PROFILE_NAMES[2], kernel, *call) == 0 else None
 
 
 FusedMatmul = Callable[..., torch.Tensor | None]  # (x, packed, residual, dtype) -> y or None

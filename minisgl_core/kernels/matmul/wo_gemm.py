@@ -15,6 +15,7 @@ from minisgl_core.kernels.matmul.weight_only import (
     WeightOnlyKernel,
     fused_run,
 )
+from minisgl_core.kernels.native import labelled
 from minisgl_core.kernels.native import library as native
 
 
@@ -41,10 +42,7 @@ def gemm_matmul(x: torch.Tensor, w: Int8Weight | Int4Weight,
     else:
         kernel, args = lib.wo_gemm_int8_bf16, (x.data_ptr(), rows, inp, w.q.data_ptr(),
                                                w.scale.data_ptr(), *tail)
-    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
-        with torch.profiler.record_function(PROFILE_NAMES[3]):
-            return y if kernel(*args) == 0 else None
-    return y if kernel(*args) == 0 else None
+    return y if labelled.call(PROFILE_NAMES[3], kernel, *args) == 0 else None
 
 
 class WeightOnlyGemm(WeightOnlyKernel):

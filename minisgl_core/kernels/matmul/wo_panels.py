@@ -36,6 +36,7 @@ from minisgl_core.kernels.matmul.weight_only import (
     quantize_int4,
     tiled_matmul,
 )
+from minisgl_core.kernels.native import labelled
 from minisgl_core.kernels.native import library as native
 
 PANEL = 16  # outputs a panel
@@ -169,10 +170,7 @@ def panels_matmul(x: torch.Tensor, w: Int4Panels | Int8Panels,
     else:
         kernel = lib.wo_int8_panels_split if split else lib.wo_int8_panels
         args = (*head, *tail)
-    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
-        with torch.profiler.record_function(PROFILE_NAMES[4]):
-            return y if kernel(*args) == 0 else None
-    return y if kernel(*args) == 0 else None
+    return y if labelled.call(PROFILE_NAMES[4], kernel, *args) == 0 else None
 
 
 def unpanel(p: Int4Panels | Int8Panels) -> Int4Weight | Int8Weight:

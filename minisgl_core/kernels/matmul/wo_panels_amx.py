@@ -15,6 +15,7 @@ import torch
 
 from minisgl_core.kernels.matmul.weight_only import PROFILE_NAMES, dequantize_int4, fused_run
 from minisgl_core.kernels.matmul.wo_panels import Int4Panels, WeightOnlyPanels, from_panels
+from minisgl_core.kernels.native import labelled
 from minisgl_core.kernels.native import library as native
 
 
@@ -31,10 +32,7 @@ def panels_amx_matmul(x: torch.Tensor, p: Int4Panels, residual: torch.Tensor | N
     call = (x.data_ptr(), x.shape[0], x.shape[1], p.q.data_ptr(), p.scale.data_ptr(),
             p.min.data_ptr(), p.out_features, y.data_ptr(), int(dtype == torch.bfloat16),
             None if res is None else res.data_ptr(), torch.get_num_threads())
-    if torch.autograd._profiler_enabled():  # torch.profiler cannot see into a ctypes call
-        with torch.profiler.record_function(PROFILE_NAMES[2]):
-            return y if lib.wo_amx_int4_panels(*call) == 0 else None
-    return y if lib.wo_amx_int4_panels(*call) == 0 else None
+    return y if labelled.call(PROFILE_NAMES[2], lib.wo_amx_int4_panels, *call) == 0 else None
 
 
 class WeightOnlyPanelsAmx(WeightOnlyPanels):
