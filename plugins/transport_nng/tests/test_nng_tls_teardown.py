@@ -24,15 +24,28 @@ STOPS = 50
 # transports closed first, or left to the exit) at a moment that varies with the round.
 _STOPPING_PROCESS = """
 import sys, time
+from minisgl_core.interfaces import AddressInUse
 from minisgl_core.service.ports import free_port
 from minisgl_transport_nng.transport import NngTransport
 
 keys, other_keys, how, wait_s = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 member = NngTransport({"endpoints": "tcp", "keys": keys})
 intruders = NngTransport({"endpoints": "tcp", "keys": other_keys})
-endpoints = [f"tls+tcp://127.0.0.1:{free_port()}" for _ in range(3)]
-for ep in endpoints:
-    inbox = member.pull(ep, bind=True)
+
+
+def bound_pull():
+    # a free port can be taken before it is bound (the other round runs beside this one)
+    for _ in range(20):
+        ep = f"tls+tcp://127.0.0.1:{free_port()}"
+        try:
+            return ep, member.pull(ep, bind=True)
+        except AddressInUse:
+            continue
+    raise RuntimeError("no free port in 20 tries")
+
+
+for _ in range(3):
+    ep, inbox = bound_pull()
     member.push(ep).send(b"member")
     assert inbox.recv(timeout=30) == b"member"
     for _ in range(4):
