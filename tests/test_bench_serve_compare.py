@@ -43,6 +43,9 @@ def test_compare_writes_results(tmp_path: Path) -> None:
             for lv in results["offline"]] == [(1, 4, 16), (2, 4, 16)]
     # the service and the offline engine saw the same prompts (same chat template)
     assert results["offline"][0]["prompt_tokens"] == svc["levels"][0]["prompt_tokens"]
+    # and it runs what the service runs with the same settings: no flags is auto everywhere
+    for key in ("dtype", "quantization", "kv_cache_dtype", "kernels", "compile", "weight_bytes"):
+        assert results["offline_meta"][key] == svc["meta"][key], key
     md = (out / "results.md").read_text()
     assert "`minisgl bench compare --test`" in md
     rows = [line for line in md.splitlines() if line.startswith("|") and "---" not in line]

@@ -20,8 +20,8 @@ from minisgl_core.bench.compare_service import (
     MODES,
     ServiceUnderTest,
     median_run,
-    peer_limits,
     say,
+    scheme_of,
     service_bytes,
     sized_like_peers,
     start_peer,
@@ -156,7 +156,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "machine": platform.machine(),
                     "processor": platform.processor(), "python": platform.python_version()},
-        "repeat": repeat, "service": [], "offline": [], "offline_runs": [],
+        "repeat": repeat, "service": [], "offline": [], "offline_runs": [], "offline_meta": {},
         "scheduler": scheduler or "continuous", "peers": [],
     }
     # Every service is up at once (idle, each costs ~0.3% of a core), and each level runs on
@@ -164,6 +164,7 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     # over minutes, so the figures compared with each other are taken minutes apart at most.
     running: list[ServiceUnderTest] = []
     others: list[ServiceUnderTest] = []
+    ceiling: OfflineEngine | None = None
     try:
         for name in names:
             for mode in modes or [None]:
@@ -174,9 +175,12 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
                                                       launch_args, label=f"{name} gguf {kind}"))
         for spec in peer_specs:
             others.append(start_peer(spec, out_dir / "logs"))
-        quantization = _quantization(launch_args)
-        limits = peer_limits(model_dir, launch_args) if model_config else None  # as services'
-        ceiling = OfflineEngine(model_dir, prompt_len, quantization, limits) if offline else None
+        ceiling = OfflineEngine(model_dir, prompt_len, launch_args) if offline else None
+        if ceiling is not None:  # what it runs, as a service's /v1/models meta says
+            results["offline_meta"] = ceiling.engine.info()
+        quantization = (_quantization(launch_args) if ceiling is None  # the offline engine's
+                        else scheme_of(results["offline_meta"]))  # choice: what "auto" chose
+        quantization = None if quantization in ("fp32", "bf16", "auto", "none") else quantization
         schemes = [svc.scheme for svc in running] + [
             spec.scheme for spec in peer_specs if spec.gguf is None]
         files = {spec.scheme: spec.gguf for spec in peer_specs if spec.gguf and spec.scheme}
@@ -198,6 +202,8 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
     finally:
         results["service"] = [svc.finish() for svc in running]
         results["peers"] = [peer.finish() for peer in others]
+        if ceiling is not None:
+            ceiling.engine.close()
     (out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out_dir / "results.md").write_text(markdown(results))
     plot(results, out_dir / "plot.png")

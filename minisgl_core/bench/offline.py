@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from minisgl_core.bench.results import Record, ServeResult
@@ -15,20 +15,25 @@ from minisgl_core.bench.serve import default_requests, make_messages
 
 class OfflineEngine:
     """The offline Engine, in this process, on the same chats as the service (greedy, EOS
-    ignored, same chat template); it takes every core, as the service's scheduler does."""
+    ignored, same chat template), configured as ``minisgl launch`` with the same ``-s`` settings
+    configures the service's (no flags: ``--dtype auto``, ``--quantization auto``, compiled
+    where it works); it takes every core, as the service's scheduler does."""
 
     def __init__(self, model_dir: str, prompt_len: int | None,
-                 quantization: str | None = None,
-                 settings: Mapping[str, Any] | None = None) -> None:
-        """``settings``: more EngineConfig fields (``num_pages``, ...)."""
-        from minisgl_core.engine.config import EngineConfig
+                 launch_args: Sequence[str] = ()) -> None:
+        """``launch_args``: the services' ``-s KEY=VALUE`` pairs (anything else is passed
+        over)."""
+        from minisgl_core.config.sources import load_config
         from minisgl_core.engine.engine import Engine
         from minisgl_core.plugin.model_lookup import resolve
+        from minisgl_core.service.engine_settings import engine_config
 
+        pairs = zip(launch_args, launch_args[1:], strict=False)
+        settings = [value for flag, value in pairs if flag == "-s"]
         resolved = resolve(model_dir)
-        self.engine = Engine(EngineConfig(model=resolved.path, num_threads=os.cpu_count() or 1,
-                                          quantization=quantization, **(settings or {})),
-                             resolved.model_class)
+        config = engine_config(load_config(overrides=settings), resolved.path,
+                               os.cpu_count() or 1)
+        self.engine = Engine(config, resolved.model_class)
         self.prompt_len = prompt_len
 
     def _prompt(self, i: int) -> list[int]:
@@ -59,6 +64,7 @@ class OfflineEngine:
         """Batch size ``batch`` on the level's requests (``requests`` or the service default),
         as whole batches added at once, after the same warm-up wave; TTFT counts from the add."""
         print(f"bench compare: offline engine: batch {batch}", file=sys.stderr, flush=True)
+        self.engine.when_idle()  # decode graphs compiled meanwhile, as the service loads them
         self._batch(range(batch), min(4, max_tokens))  # warm-up
         records: list[Record] = []
         t0 = time.perf_counter()

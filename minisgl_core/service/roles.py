@@ -54,38 +54,15 @@ def make_scheduler(context: RoleContext) -> Scheduler:
     no_options("scheduler", "continuous", context.options)
     import torch
 
-    from minisgl_core.engine.engine import Engine, EngineConfig
+    from minisgl_core.engine.engine import Engine
     from minisgl_core.plugin.model_lookup import model_class
+    from minisgl_core.service.engine_settings import engine_config
 
     spec = context.spec
     cls = model_class(context.models, spec.model_dir)
     torch.set_num_threads(spec.num_threads)
     cfg = spec.config
-    fields = {
-        "model": spec.model_dir,
-        "dtype": cfg.dtype,
-        "device": cfg.device,
-        "num_pages": cfg.num_pages,
-        "page_size": cfg.page_size,
-        "max_seq_len_override": cfg.max_seq_len_override,
-        "max_running_requests": cfg.max_running_requests,
-        "max_prefill_tokens": cfg.max_prefill_tokens,
-        "num_threads": spec.num_threads,
-        "cache": cfg.cache,
-        "quantization": getattr(cfg, "quantization", None),
-        "speculative": getattr(cfg, "speculative", None),
-        "num_speculative_tokens": getattr(cfg, "num_speculative_tokens", None),
-        "prompt_lookup_min": getattr(cfg, "prompt_lookup_min", None),
-        "prompt_lookup_max": getattr(cfg, "prompt_lookup_max", None),
-        "deterministic": getattr(cfg, "deterministic", None),
-        "prefix_cache_dir": getattr(cfg, "prefix_cache_dir", None),
-        "prefix_cache_disk_gb": getattr(cfg, "prefix_cache_disk_gb", None),
-        "load_format": getattr(cfg, "load_format", None),
-        "kv_cache_dtype": getattr(cfg, "kv_cache_dtype", None),
-    }
-    # compile None is auto (on where the configuration has it), not "the engine's default"
-    config = EngineConfig(**{k: v for k, v in fields.items() if v is not None},
-                          compile=getattr(cfg, "compile", None))
+    config = engine_config(cfg, spec.model_dir, spec.num_threads)
     if cfg.tp == 1:
         return Engine(config, cls)  # which hands the heap freed while loading back to the OS
     import dataclasses
