@@ -78,6 +78,8 @@ def test_rows_pack_values_and_an_fp16_scale_within_half_a_step() -> None:
 @pytest.mark.parametrize(("batch", "length", "hq", "hkv", "d", "masked"), [
     (1, 1, 1, 1, 64, False), (3, 50, 9, 3, 64, True), (4, 129, 8, 2, 128, True),
     (2, 16, 4, 4, 32, False),
+    # keys split in chunks merged per pair where the pairs do not share evenly over 2 threads
+    (1, 700, 9, 3, 64, False), (3, 800, 9, 3, 64, True),
 ])
 def test_native_int8_decode_matches_the_dequantized_pages_and_fp32(
         isa: int, dtype: torch.dtype, batch: int, length: int, hq: int, hkv: int, d: int,

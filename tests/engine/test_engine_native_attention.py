@@ -26,6 +26,13 @@ SHAPES = [
     (5, 40, 16, 4, 64, True), (3, 20, 4, 4, 128, False), (2, 33, 8, 2, 256, True),
     (2, 9, 2, 2, 256, False), (4, 21, 10, 2, 64, True), (3, 48, 20, 4, 64, True),
 ]
+# pairs (sequence, KV head) that do not share evenly over 2 or 3 threads, each with enough keys
+# for the kernel to split them into chunks merged per pair: one sequence, a batch whose padding
+# fills whole chunks, a last chunk shorter than the others, one KV head, a head size of its own
+SPLIT_SHAPES = [
+    (1, 700, 9, 3, 64, False), (3, 800, 9, 3, 64, True), (1, 1537, 4, 1, 256, False),
+    (5, 790, 6, 3, 80, True), (2, 900, 8, 1, 128, True),
+]
 
 
 def _case(batch: int, length: int, hq: int, hkv: int, d: int, dtype: torch.dtype,
@@ -49,6 +56,20 @@ def _case(batch: int, length: int, hq: int, hkv: int, d: int, dtype: torch.dtype
 def test_native_decode_equals_gather_and_sdpa(isa, dtype, batch, length, hq, hkv, d,
                                               masked) -> None:
     _check(batch, length, hq, hkv, d, dtype, masked, isa)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("batch", "length", "hq", "hkv", "d", "masked"), SPLIT_SHAPES)
+def test_keys_split_in_chunks_give_the_same(threads, dtype, batch, length, hq, hkv, d,
+                                             masked) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for isa in ISAS:
+            _check(batch, length, hq, hkv, d, dtype, masked, isa)
+    finally:
+        torch.set_num_threads(before)
 
 
 def _check(batch: int, length: int, hq: int, hkv: int, d: int, dtype: torch.dtype,

@@ -10,8 +10,9 @@
  *
  * The gather-then-SDPA path reads each key and value three times (gather read, gather write,
  * attention read); here each is read once, straight from its page. Work is split over the
- * (sequence, KV head) pairs with OpenMP; each pair scores its keys for all G query heads in one
- * pass over K, then sums V in one pass. isa: 0 plain C, 1 AVX2+FMA, 2 AVX-512 (the same loops,
+ * (sequence, KV head) pairs with OpenMP (and over chunks of their keys where the pairs do not
+ * share evenly over the threads: key_chunks); each pair scores its keys for all G query heads in
+ * one pass over K, then sums V in one pass. isa: 0 plain C, 1 AVX2+FMA, 2 AVX-512 (the same loops,
  * vectorized by the compiler for each; on AVX-512, for head sizes 64, 128 and 256, the two
  * passes are the intrinsics of avx512/attention_passes.c: 16 keys' dot products reduced at
  * once, and the sums of 4 query heads kept in registers).
@@ -25,6 +26,7 @@
 #include "avx512/attention_passes.h"
 #include "minisgl_kernels.h"
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,32 +105,107 @@ static inline const void *kv_row_at(const void *base, int64_t r, int D, int bf16
 #define summer_avx512 pa_summer_avx512
 #endif
 
-/* SCORE, SUM: a score_fn and a sum_fn for this call (NULL: the loops below, a key at a time) */
+/* out's G query heads from o on: acc [G x D] / total[g] (0 where nothing was seen), fp32 or bf16 */
+static inline void store_heads(void *out, int64_t o, int G, int D, int bf16, const float *acc,
+                               const float *total) {
+    for (int g = 0; g < G; g++) {
+        float inv = total[g] > 0.0f ? 1.0f / total[g] : 0.0f;
+        for (int d = 0; d < D; d++) {
+            float x = acc[g * D + d] * inv;
+            if (bf16) ((uint16_t *)out)[o + g * D + d] = float_to_bf16(x);
+            else ((float *)out)[o + g * D + d] = x;
+        }
+    }
+}
+
+/* One pair's chunks ([chunks][G max, G sum, G x D values]) merged in chunk order: each rescaled
+ * by exp(its max - the pair's), the values over the sums; acc [G x D] gets the result */
+static inline void merge_chunks(const float *kept, int chunks, int G, int D, float *acc) {
+    const int64_t stride = (int64_t)G * (D + 2);
+    for (int g = 0; g < G; g++) {
+        float top = -INFINITY, total = 0.0f;
+        for (int c = 0; c < chunks; c++) {
+            float m = kept[c * stride + g];
+            top = m > top ? m : top;
+        }
+        float *ag = acc + g * D;
+        memset(ag, 0, sizeof(float) * (size_t)D);
+        for (int c = 0; c < chunks; c++) {
+            const float *kc = kept + c * stride;
+            if (kc[g] == -INFINITY) continue;  /* padding alone */
+            float f = expf(kc[g] - top);
+            total += f * kc[G + g];
+            const float *vc = kc + 2 * G + g * D;
+            for (int d = 0; d < D; d++) ag[d] += f * vc[d];
+        }
+        float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        for (int d = 0; d < D; d++) ag[d] *= inv;
+    }
+}
+
+/* Fewest keys a chunk of a pair's keys holds. The work items are the (sequence, KV head) pairs
+ * when the threads can share them evenly; when not (one sequence's 3 KV heads at the default
+ * model on 2 threads: 2/3 and 1/3 of the work; Gemma 3 270M's one KV head: one thread), each
+ * pair's keys are split into as many chunks as make the items a multiple of the threads, each
+ * chunk's softmax and weighted values kept apart and merged per pair once all are done
+ * (flash-decoding's split). Not below this many keys a chunk: a chunk costs its own setup and
+ * merge (at 128 keys a chunk, one sequence of 3,000 keys ran no faster than unsplit). */
+#define MIN_CHUNK_KEYS 256
+
+static inline int gcd_int(int a, int b) {
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* chunks per pair: 1 unless the pairs do not share evenly over the threads and each chunk
+ * still holds MIN_CHUNK_KEYS keys */
+static inline int key_chunks(int64_t pairs, int L) {
+    int threads = omp_get_max_threads();
+    if (threads < 2 || pairs % threads == 0) return 1;
+    int chunks = threads / gcd_int((int)(pairs % threads), threads);
+    return L / chunks >= MIN_CHUNK_KEYS ? chunks : 1;
+}
+
+/* SCORE, SUM: a score_fn and a sum_fn for this call (NULL: the loops below, a key at a time).
+ * Work items are (sequence, KV head, chunk of keys); with one chunk (key_chunks) each item
+ * writes its pair's output itself, else its softmax's max and sum and its weighted values go to
+ * ``part`` [pairs][chunks][G x (D + 2)] and a second pass merges them, rescaled to the pair's
+ * max. */
 #define BODY(SCORE, SUM)                                                                       \
     const int G = G_FIXED ? G_FIXED : Hq / Hkv;                                                \
     const score_fn score = kv_int8 ? NULL : (SCORE);                                           \
     const sum_fn sum = kv_int8 ? NULL : (SUM);                                                 \
+    const int64_t pairs = (int64_t)B * Hkv, stride = (int64_t)G * (D + 2);                     \
+    int chunks = key_chunks(pairs, L);                                                         \
+    float *part = chunks > 1 ? malloc(sizeof(float) * (size_t)(pairs * chunks * stride)) : NULL; \
+    if (part == NULL) chunks = 1;  /* (or out of memory: the pairs whole, as one chunk) */     \
+    const int CL = (L + chunks - 1) / chunks;  /* keys a chunk (the last may hold fewer) */     \
     _Pragma("omp parallel")                                                                    \
     {                                                                                          \
-        float *scores = malloc(sizeof(float) * (size_t)G * (size_t)L);                         \
+        float *scores = malloc(sizeof(float) * (size_t)G * (size_t)CL);                        \
         float qf[MAX_GROUP * MAX_DIM], acc[MAX_GROUP * MAX_DIM], row[MAX_DIM];                 \
         _Pragma("omp for schedule(static)")                                                    \
-        for (int64_t pair = 0; pair < (int64_t)B * Hkv; pair++) {                              \
-            int64_t b = pair / Hkv, h = pair % Hkv;                                            \
-            const int64_t *slots = index + b * L;                                              \
-            const uint8_t *ok = valid ? valid + b * L : NULL;                                  \
+        for (int64_t item = 0; item < pairs * chunks; item++) {                                \
+            int64_t pair = item / chunks, b = pair / Hkv, h = pair % Hkv;                      \
+            const int l0 = (int)(item % chunks) * CL, Lc = L - l0 < CL ? L - l0 : CL;          \
+            const int64_t *slots = index + b * L + l0;                                         \
+            const uint8_t *ok = valid ? valid + b * L + l0 : NULL;                             \
             for (int g = 0; g < G; g++)                                                        \
                 memcpy(qf + g * D, load_row(q, b * Hq + h * G + g, D, bf16, row),              \
                        sizeof(float) * (size_t)D);                                             \
             if (score)                                                                         \
                 score((const char *)q + (b * Hq + h * G) * D * (bf16 ? 2 : 4), qf, k_cache,    \
-                      slots, ok, L, Hkv, h, G, scale, scores);                                 \
-            for (int l = 0; !score && l < L; l++) {                                            \
+                      slots, ok, Lc, Hkv, h, G, scale, scores);                                \
+            for (int l = 0; !score && l < Lc; l++) {                                           \
                 if (ok && !ok[l]) {                                                            \
-                    for (int g = 0; g < G; g++) scores[g * L + l] = -INFINITY;                 \
+                    for (int g = 0; g < G; g++) scores[g * Lc + l] = -INFINITY;                \
                     continue;                                                                  \
                 }                                                                              \
-                if (l + AHEAD_KEYS < L)                                                        \
+                if (l + AHEAD_KEYS < Lc)                                                       \
                     prefetch_row(kv_row_at(k_cache, slots[l + AHEAD_KEYS] * Hkv + h, D,        \
                                            bf16, kv_int8), D, bf16, kv_int8);                  \
                 float ks;                                                                      \
@@ -139,51 +216,66 @@ static inline const void *kv_row_at(const void *base, int64_t r, int D, int bf16
                     float s = 0.0f;                                                            \
                     _Pragma("omp simd reduction(+:s)")                                         \
                     for (int d = 0; d < D; d++) s += qg[d] * kr[d];                            \
-                    scores[g * L + l] = s * ks * scale;                                        \
+                    scores[g * Lc + l] = s * ks * scale;                                       \
                 }                                                                              \
             }                                                                                  \
-            /* softmax weights of each query head's row, vectorized (libmvec's expf) */         \
-            float total[MAX_GROUP];                                                            \
+            /* softmax weights of each query head's row, vectorized (libmvec's expf); a chunk  \
+             * of padding alone (every key masked) weighs nothing */                           \
+            float total[MAX_GROUP], most[MAX_GROUP];                                           \
+            int seen = 0;                                                                      \
             for (int g = 0; g < G; g++) {                                                      \
-                float *sg = scores + (int64_t)g * L, best = -INFINITY, sum = 0.0f;             \
+                float *sg = scores + (int64_t)g * Lc, best = -INFINITY, sum = 0.0f;            \
                 _Pragma("omp simd reduction(max:best)")                                        \
-                for (int l = 0; l < L; l++) best = sg[l] > best ? sg[l] : best;                \
-                _Pragma("omp simd reduction(+:sum)")                                           \
-                for (int l = 0; l < L; l++) {                                                  \
-                    sg[l] = expf(sg[l] - best);                                                \
-                    sum += sg[l];                                                              \
+                for (int l = 0; l < Lc; l++) best = sg[l] > best ? sg[l] : best;               \
+                seen = best != -INFINITY;  /* the same for every head: the mask is per key */  \
+                if (seen) {                                                                    \
+                    _Pragma("omp simd reduction(+:sum)")                                       \
+                    for (int l = 0; l < Lc; l++) {                                             \
+                        sg[l] = expf(sg[l] - best);                                            \
+                        sum += sg[l];                                                          \
+                    }                                                                          \
                 }                                                                              \
                 total[g] = sum;                                                                \
+                most[g] = best;                                                                \
             }                                                                                  \
-            if (sum) sum(v_cache, slots, ok, L, Hkv, h, G, scores, acc);                       \
+            if (sum && seen) sum(v_cache, slots, ok, Lc, Hkv, h, G, scores, acc);              \
             else memset(acc, 0, sizeof(float) * (size_t)G * (size_t)D);                        \
-            for (int l = 0; !sum && l < L; l++) {                                              \
+            for (int l = 0; !sum && seen && l < Lc; l++) {                                     \
                 if (ok && !ok[l]) continue;                                                    \
-                if (l + AHEAD_KEYS < L)                                                        \
+                if (l + AHEAD_KEYS < Lc)                                                       \
                     prefetch_row(kv_row_at(v_cache, slots[l + AHEAD_KEYS] * Hkv + h, D,        \
                                            bf16, kv_int8), D, bf16, kv_int8);                  \
                 float vs;                                                                      \
                 const float *vr = load_kv_row(v_cache, slots[l] * Hkv + h, D, bf16, kv_int8,   \
                                               row, &vs);                                       \
                 for (int g = 0; g < G; g++) {                                                  \
-                    float p = scores[g * L + l] * vs;                                          \
+                    float p = scores[g * Lc + l] * vs;                                         \
                     float *ag = acc + g * D;                                                   \
                     _Pragma("omp simd")                                                        \
                     for (int d = 0; d < D; d++) ag[d] += p * vr[d];                            \
                 }                                                                              \
             }                                                                                  \
-            for (int g = 0; g < G; g++) {                                                      \
-                float inv = total[g] > 0.0f ? 1.0f / total[g] : 0.0f;                          \
-                int64_t o = (b * Hq + h * G + g) * D;                                          \
-                for (int d = 0; d < D; d++) {                                                  \
-                    float x = acc[g * D + d] * inv;                                            \
-                    if (bf16) ((uint16_t *)out)[o + d] = float_to_bf16(x);                     \
-                    else ((float *)out)[o + d] = x;                                            \
-                }                                                                              \
+            if (chunks == 1) {                                                                 \
+                store_heads(out, (b * Hq + h * G) * D, G, D, bf16, acc, total);                \
+                continue;                                                                      \
+            }                                                                                  \
+            float *kept = part + item * stride;  /* [G] max, [G] sum, [G x D] values */        \
+            memcpy(kept, most, sizeof(float) * (size_t)G);                                     \
+            memcpy(kept + G, total, sizeof(float) * (size_t)G);                                \
+            memcpy(kept + 2 * G, acc, sizeof(float) * (size_t)G * (size_t)D);                  \
+        }                                                                                      \
+        if (chunks > 1) {  /* after the loop's barrier: every chunk is in */                   \
+            _Pragma("omp for schedule(static)")                                                \
+            for (int64_t pair = 0; pair < pairs; pair++) {                                     \
+                merge_chunks(part + pair * chunks * stride, chunks, G, D, acc);                \
+                float total[MAX_GROUP];                                                        \
+                for (int g = 0; g < G; g++) total[g] = 1.0f;  /* merge_chunks divided */       \
+                store_heads(out, pair * G * D, G, D, bf16, acc, total);                        \
             }                                                                                  \
         }                                                                                      \
         free(scores);                                                                          \
-    }
+    }                                                                                          \
+    free(part);
 
 #define ARGS                                                                                   \
     const void *q, const void *k_cache, const void *v_cache, const int64_t *index,            \
