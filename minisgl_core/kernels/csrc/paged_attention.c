@@ -143,31 +143,30 @@ static inline void merge_chunks(const float *kept, int chunks, int G, int D, flo
     }
 }
 
-/* Fewest keys a chunk of a pair's keys holds. The work items are the (sequence, KV head) pairs
- * when the threads can share them evenly; when not (one sequence's 3 KV heads at the default
- * model on 2 threads: 2/3 and 1/3 of the work; Gemma 3 270M's one KV head: one thread), each
- * pair's keys are split into as many chunks as make the items a multiple of the threads, each
- * chunk's softmax and weighted values kept apart and merged per pair once all are done
- * (flash-decoding's split). Not below this many keys a chunk: a chunk costs its own setup and
- * merge (at 128 keys a chunk, one sequence of 3,000 keys ran no faster than unsplit). */
+/* Fewest keys a chunk of a pair's keys holds. The work items are the (sequence, KV head) pairs,
+ * which the threads may not share evenly (one sequence's 3 KV heads at the default model on 2
+ * threads: 2/3 and 1/3 of the work; Gemma 3 270M's one KV head: one thread). Then each pair's
+ * keys are split into chunks, each chunk's softmax and weighted values kept apart and merged per
+ * pair once all are done (flash-decoding's split). Not below this many keys a chunk: a chunk
+ * costs its own setup and merge (at 128 keys a chunk, one sequence of 3,000 keys ran no faster
+ * than unsplit). */
 #define MIN_CHUNK_KEYS 256
 
-static inline int gcd_int(int a, int b) {
-    while (b) {
-        int t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* chunks per pair: 1 unless the pairs do not share evenly over the threads and each chunk
- * still holds MIN_CHUNK_KEYS keys */
+/* chunks per pair: the count, from 1 up to the threads, whose items the threads finish
+ * soonest (rounds of items x keys an item), the fewest of equals: 1 where the pairs already
+ * share evenly; 2 for one sequence of 3 KV heads on 2 threads */
 static inline int key_chunks(int64_t pairs, int L) {
-    int threads = omp_get_max_threads();
-    if (threads < 2 || pairs % threads == 0) return 1;
-    int chunks = threads / gcd_int((int)(pairs % threads), threads);
-    return L / chunks >= MIN_CHUNK_KEYS ? chunks : 1;
+    const int64_t threads = omp_get_max_threads();
+    int best = 1;
+    int64_t soonest = (pairs + threads - 1) / threads * L;
+    for (int c = 2; c <= threads && L / c >= MIN_CHUNK_KEYS; c++) {
+        int64_t t = (pairs * c + threads - 1) / threads * ((L + c - 1) / c);
+        if (t < soonest) {
+            best = c;
+            soonest = t;
+        }
+    }
+    return best;
 }
 
 /* SCORE, SUM: a score_fn and a sum_fn for this call (NULL: the loops below, a key at a time).
