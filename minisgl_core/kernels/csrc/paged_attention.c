@@ -118,28 +118,28 @@ static inline void store_heads(void *out, int64_t o, int G, int D, int bf16, con
     }
 }
 
-/* One pair's chunks ([chunks][G max, G sum, G x D values]) merged in chunk order: each rescaled
- * by exp(its max - the pair's), the values over the sums; acc [G x D] gets the result */
-static inline void merge_chunks(const float *kept, int chunks, int G, int D, float *acc) {
+/* One pair's chunks ([chunks][G max, G sum, G x D values]) merged in chunk order, each rescaled
+ * by exp(its max - the pair's): acc [G x D] the weighted values, total [G] the weights' sums */
+static inline void merge_chunks(const float *kept, int chunks, int G, int D, float *acc,
+                                float *total) {
     const int64_t stride = (int64_t)G * (D + 2);
     for (int g = 0; g < G; g++) {
-        float top = -INFINITY, total = 0.0f;
+        float top = -INFINITY;
         for (int c = 0; c < chunks; c++) {
             float m = kept[c * stride + g];
             top = m > top ? m : top;
         }
         float *ag = acc + g * D;
         memset(ag, 0, sizeof(float) * (size_t)D);
+        total[g] = 0.0f;
         for (int c = 0; c < chunks; c++) {
             const float *kc = kept + c * stride;
             if (kc[g] == -INFINITY) continue;  /* padding alone */
             float f = expf(kc[g] - top);
-            total += f * kc[G + g];
+            total[g] += f * kc[G + g];
             const float *vc = kc + 2 * G + g * D;
             for (int d = 0; d < D; d++) ag[d] += f * vc[d];
         }
-        float inv = total > 0.0f ? 1.0f / total : 0.0f;
-        for (int d = 0; d < D; d++) ag[d] *= inv;
     }
 }
 
@@ -266,9 +266,8 @@ static inline int key_chunks(int64_t pairs, int L) {
         if (chunks > 1) {  /* after the loop's barrier: every chunk is in */                   \
             _Pragma("omp for schedule(static)")                                                \
             for (int64_t pair = 0; pair < pairs; pair++) {                                     \
-                merge_chunks(part + pair * chunks * stride, chunks, G, D, acc);                \
                 float total[MAX_GROUP];                                                        \
-                for (int g = 0; g < G; g++) total[g] = 1.0f;  /* merge_chunks divided */       \
+                merge_chunks(part + pair * chunks * stride, chunks, G, D, acc, total);         \
                 store_heads(out, pair * G * D, G, D, bf16, acc, total);                        \
             }                                                                                  \
         }                                                                                      \
