@@ -159,7 +159,8 @@ static inline int key_chunks(int64_t pairs, int L) {
     const int64_t threads = omp_get_max_threads();
     int best = 1;
     int64_t soonest = (pairs + threads - 1) / threads * L;
-    for (int c = 2; c <= threads && L / c >= MIN_CHUNK_KEYS; c++) {
+    /* at most 64: with L / c >= 256 keys, every chunk of ceil(L / c) then holds some */
+    for (int c = 2; c <= threads && c <= 64 && L / c >= MIN_CHUNK_KEYS; c++) {
         int64_t t = (pairs * c + threads - 1) / threads * ((L + c - 1) / c);
         if (t < soonest) {
             best = c;
