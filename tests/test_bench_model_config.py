@@ -127,6 +127,10 @@ def test_rooflines_count_the_bytes_the_weights_are_stored_in(tiny_config: Path,
     assert roofs["roofline_tok_s"]["1"] == pytest.approx(1e9 / cost.weight_bytes)
     assert roofs["rooflines"]["zmq gguf Q4_0"]["tok_s"]["1"] == pytest.approx(
         2 * roofs["roofline_tok_s"]["1"], rel=1e-3)
+    # so does the offline engine's, the base row's, where it says them
+    roofs = ceilings.host_rooflines([at_1_gb_s], str(model), "int4", [1],
+                                    base_bytes=cost.weight_bytes // 2)
+    assert roofs["roofline_tok_s"]["1"] == pytest.approx(2e9 / cost.weight_bytes, rel=1e-3)
     # a GGUF's from its file: the tied LM head is the embedding, read whole
     matrices = ceilings.config_cost(str(model)).fp32_params
     f16 = dummy_models.ensure_dummy_gguf(str(tiny_config))

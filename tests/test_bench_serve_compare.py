@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from minisgl_core.bench import compare, compare_service
+from minisgl_core.bench import ceilings, compare, compare_service
 
 pytestmark = pytest.mark.usefixtures("short_bench_samples")  # conftest.py
 
@@ -63,6 +64,12 @@ def test_compare_writes_results(tmp_path: Path) -> None:
     host = results["ceilings"]
     assert host["read_gb_s"] > 0 and host["fp32_gflop_s"] > 0 and host["quantization"] == "fp32"
     assert set(host["roofline_tok_s"]) == {"1", "2"}
+    # the offline row's roofline is of the bytes its engine's weights hold (bf16 or fp32)
+    own = replace(ceilings.config_cost(str(model)),
+                  weight_bytes=int(results["offline_meta"]["weight_bytes"]))
+    best = ceilings.Ceilings(2, host["read_gb_s"], host["fp32_gflop_s"], host["int8_gop_s"],
+                             host["bf16_gflop_s"])
+    assert host["roofline_tok_s"]["1"] == pytest.approx(own.roofline(best, 1)[0])
     assert "Host ceilings, measured in this run" in md
     # measured before and after the levels; the rooflines use the better reading
     reads = host["read_gb_s_readings"]

@@ -217,12 +217,15 @@ def measure_all_cores() -> Ceilings:
 def host_rooflines(readings: Sequence[Ceilings], model_dir: str, quantization: str | None,
                    levels: Sequence[int], schemes: Sequence[str | None] = (),
                    ggufs: Mapping[str, str | Path] | None = None,
-                   services: Mapping[str, tuple[str, int]] | None = None) -> dict[str, Any]:
+                   services: Mapping[str, tuple[str, int]] | None = None,
+                   base_bytes: int | None = None) -> dict[str, Any]:
     """The host's ceilings, the best of ``readings`` (at least one), and the model's roofline
-    per level (for ``quantization``, and in ``rooflines`` for each of ``schemes`` but bf16, whose
-    compute rate is not measured, for each label of ``ggufs`` from its file's own bytes, and for
-    each service label of ``services``, ``(scheme, weight bytes)``, from the bytes the service
-    says its matmul weights hold: a GGUF's Q4_0 weights hold fewer than its scheme's layout).
+    per level (for ``quantization``, from ``base_bytes`` where given: the bytes the offline
+    engine says its matmul weights hold; and in ``rooflines`` for each of ``schemes`` but bf16,
+    whose compute rate is not measured, for each label of ``ggufs`` from its file's own bytes,
+    and for each service label of ``services``, ``(scheme, weight bytes)``, from the bytes the
+    service says its matmul weights hold: a GGUF's Q4_0 weights hold fewer than its scheme's
+    layout).
     ``read_gb_s_readings``: each reading's memory read, in order."""
     host = readings[0]
     for other in readings[1:]:
@@ -233,14 +236,15 @@ def host_rooflines(readings: Sequence[Ceilings], model_dir: str, quantization: s
         return {"tok_s": {c: r[0] for c, r in roof.items()},
                 "bound": {c: r[1] for c, r in roof.items()}}
 
-    def of_scheme(scheme: str | None) -> dict[str, dict[str, Any]]:
-        return roofline(config_cost(model_dir, None if scheme == "fp32" else scheme))
-    base = of_scheme(quantization)
-    others = {s: of_scheme(s) for s in dict.fromkeys(schemes) if s and s != "bf16"}
+    def cost(scheme: str | None, weight_bytes: int | None = None) -> ModelCost:
+        """``scheme``'s cost, its bytes ``weight_bytes`` where an engine said them."""
+        of = config_cost(model_dir, None if scheme == "fp32" else scheme)
+        return replace(of, weight_bytes=weight_bytes) if weight_bytes else of
+    base = roofline(cost(quantization, base_bytes))
+    others = {s: roofline(cost(s)) for s in dict.fromkeys(schemes) if s and s != "bf16"}
     others.update({label: roofline(gguf_cost(path)) for label, path in (ggufs or {}).items()})
     for label, (scheme, size) in (services or {}).items():
-        cost = config_cost(model_dir, None if scheme == "fp32" else scheme)
-        others[label] = roofline(replace(cost, weight_bytes=size))
+        others[label] = roofline(cost(scheme, size))
     return {**host.as_dict(), "read_gb_s_readings": [r.read_gb_s for r in readings],
             "quantization": quantization or "fp32",
             "roofline_tok_s": base["tok_s"], "bound": base["bound"], "rooflines": others}
