@@ -29,6 +29,8 @@ from minisgl_core.service.running import Worker
 from minisgl_core.service.spec import Endpoints
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from minisgl_core.config.launch import LaunchConfig
     from minisgl_core.interfaces import Transport
 
@@ -38,6 +40,7 @@ REMOTE_ROLES = ("tokenizer", "scheduler", "detokenizer")
 HELLO_INTERVAL_S = 0.5
 HEARTBEAT_S = 0.5
 HEARTBEAT_TIMEOUT_S = 5.0  # ten beats missed: the worker or the network is gone
+RECV_WAIT_S = 0.2  # the relay's and heartbeat reader's longest wait, so that they see a stop
 
 
 class Assignment(msgspec.Struct, frozen=True):
@@ -110,6 +113,11 @@ class RemoteWorker(Worker):
     reason: str = ""
     wait_s: float = 0.0
     rejoining: bool = False  # set while waiting; cleared by the newcomer's Ready (serve.py)
+    closer: Callable[[], None] | None = None  # stops the launcher's threads for it
+
+    def close(self) -> None:
+        if self.closer is not None:
+            self.closer()
 
     async def rejoin(self) -> bool:
         """Wait up to ``wait_s`` for a new worker's Ready; True if one came."""
@@ -157,11 +165,14 @@ class RemoteRole:
         self._relay_out = transport.push(remote_inbox, bind=True)
         self._beats = transport.pull(heartbeat, bind=True)
         self.handle = _RemoteHandle()
-        self.worker = RemoteWorker(role, self.handle, role, wait_s=wait_s)
+        self.worker = RemoteWorker(role, self.handle, role, wait_s=wait_s, closer=self.close)
         self._stop = threading.Event()
-        for target, name in ((self._publish, "hello"), (self._relay, "relay"),
-                             (self._read_beats, "heartbeat")):
-            threading.Thread(target=target, name=f"remote-{role}-{name}", daemon=True).start()
+        self._threads = [threading.Thread(target=target, name=f"remote-{role}-{name}",
+                                          daemon=True)
+                         for target, name in ((self._publish, "hello"), (self._relay, "relay"),
+                                              (self._read_beats, "heartbeat"))]
+        for thread in self._threads:
+            thread.start()
         log.info("waiting for the remote %s: on its host run `minisgl worker --role %s "
                  "--transport %s --connect %s --keys DIR`", role, role, transport.name,
                  self.address)
@@ -177,7 +188,7 @@ class RemoteRole:
     def _relay(self) -> None:
         while not self._stop.is_set():
             try:
-                data = self._relay_in.recv(timeout=0.2)
+                data = self._relay_in.recv(timeout=RECV_WAIT_S)
             except TimeoutError:
                 continue
             except ChannelClosed:
@@ -190,7 +201,7 @@ class RemoteRole:
     def _read_beats(self) -> None:
         while not self._stop.is_set():
             try:
-                data = self._beats.recv(timeout=0.2)
+                data = self._beats.recv(timeout=RECV_WAIT_S)
             except TimeoutError:
                 continue
             except ChannelClosed:
@@ -208,8 +219,15 @@ class RemoteRole:
             self.handle.last_beat = time.monotonic()
 
     def close(self) -> None:
-        """Stop the threads (the transport's close then wakes any blocked one)."""
+        """Stop the threads before the transport closes their sockets: nng frees a socket
+        that a receive with a timeout still waits on, and that timeout's expiry then locks the
+        freed memory (``panic: pthread_mutex_lock: Invalid argument``, the launcher's exit code
+        -6). Each receive waits at most ``RECV_WAIT_S``; a relay blocked sending to a worker
+        that left is woken by the transport's close."""
         self._stop.set()
+        deadline = time.monotonic() + 4 * RECV_WAIT_S
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 __all__ = ["Assignment", "Beat", "RemoteRole", "RemoteWorker", "decode_assignment",

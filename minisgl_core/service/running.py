@@ -39,6 +39,10 @@ class Worker:
     def alive(self) -> bool:
         return self.handle.is_alive()
 
+    def close(self) -> None:
+        """Release what the launcher runs for this worker before the transport closes
+        (nothing for a process or a thread; a remote worker's relay threads)."""
+
     def describe_exit(self) -> str:
         code = getattr(self.handle, "exitcode", None)
         pid = getattr(self.handle, "pid", None)
@@ -95,6 +99,8 @@ class Service:
                     w.handle.kill()
                     w.handle.join(1.0)
         self.control.close()
+        for w in self.workers:
+            w.close()
         self.transport.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         log.info("all workers stopped")

@@ -151,3 +151,35 @@ def test_a_worker_for_an_unknown_role_is_one_line() -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "minisgl: error: --role 'frontend': one of tokenizer, scheduler, detokenizer"]
+
+
+@pytest.mark.parametrize("transport", ["zmq", "nng"])
+def test_closing_a_remote_role_stops_its_receivers_first(tmp_path: Path, transport: str) -> None:
+    # nng frees a socket that a timed receive still waits on, and that timeout's expiry then
+    # aborts the launcher: the service closes each worker (here the relay and heartbeat
+    # threads, in their receives) before it closes the transport
+    import threading
+    import time
+
+    from minisgl_core.config.launch import LaunchConfig
+    from minisgl_core.service.remote import RECV_WAIT_S, RemoteRole
+    from minisgl_core.service.spec import Endpoints
+    from minisgl_core.testing.transports import make_transport
+
+    t = make_transport(transport)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    eps = Endpoints(**{c: t.endpoint(run_dir, c)
+                       for c in ("tokenizer", "scheduler", "detokenizer", "control")},
+                    frontends={})
+    try:
+        role = RemoteRole(t, run_dir, eps, "scheduler", LaunchConfig(transport=transport), 256)
+        threads = [th for th in threading.enumerate() if th.name.startswith("remote-scheduler")]
+        assert len(threads) == 3 and all(th.is_alive() for th in threads)
+        time.sleep(2 * RECV_WAIT_S)  # the receivers wait in their timed receives
+        start = time.monotonic()
+        role.worker.close()
+        assert not any(th.is_alive() for th in threads)
+        assert time.monotonic() - start < 4 * RECV_WAIT_S
+    finally:
+        t.close()
