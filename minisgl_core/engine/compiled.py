@@ -50,6 +50,11 @@ _FIXED_ARGS = ("model", "kv", "ws")
 # graphs whose fused code runs on one thread: at one row each fused kernel handles 0.5-12 K
 # values, less than opening a parallel region costs (design/kernels.md, 12)
 SERIAL_FUSED_CODE = frozenset({1})
+# inductor's options for both graphs. No size asserts: the generated code checked every input's
+# and every custom op's output's sizes and strides at each step, about 280 checks of ~0.35 us a
+# step on the default model (2.9% of its one-request step on the 2-core Zen 5), while the step's
+# own arguments are guarded (step_guards.py) and the rest is fixed with the engine
+GRAPH_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "size_asserts": False}
 
 
 def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -86,7 +91,7 @@ def graphs_marker(key_text: str) -> Path:
 
     # the graphs' own options too: graphs compiled with others are not in the cache
     text = (f"{torch.__version__} {__version__} {torch.get_num_threads()} "
-            f"serial {sorted(SERIAL_FUSED_CODE)} {key_text}")
+            f"serial {sorted(SERIAL_FUSED_CODE)} {sorted(GRAPH_OPTIONS.items())} {key_text}")
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     return Path(inductor_cache()) / "minisgl-decode" / f"{key}.json"
 
@@ -118,7 +123,7 @@ class CompiledDecode:
         inductor_cache()
         step = own_copy(_decode_step)  # this engine's graphs, apart from any other's
         self._compiled = torch.compile(step, options={
-            "cpp_wrapper": True, "guard_filter_fn": keep_input_guards(
+            **GRAPH_OPTIONS, "guard_filter_fn": keep_input_guards(
                 [a for a in inspect.signature(step).parameters if a not in _FIXED_ARGS])})
         self._run_only = torch._dynamo.run(step)
         self._ready: set[int] = set()  # warm batches whose graph is compiled (1, 2)
