@@ -1,5 +1,5 @@
 """How far ahead the native kernels prefetch their weights (``PREFETCH_BYTES``,
-csrc/portable/wo_matmul.h), side by side in one run: the library built once per distance, each
+csrc/portable/wo_shared.h), side by side in one run: the library built once per distance, each
 run in turn over every int4 panel matmul of a model's layers (Q4_0 layout, random bytes, in huge
 pages as the engine keeps them), with the host's read rate measured before each round.
 

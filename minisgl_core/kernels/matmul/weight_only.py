@@ -34,7 +34,7 @@ from minisgl_core.kernels.native import labelled
 from minisgl_core.kernels.native import library as native
 
 log = logging.getLogger(__name__)
-GROUP = 32  # inputs per int4 group (fixed in csrc/portable/wo_matmul.h)
+GROUP = 32  # inputs per int4 group (fixed in csrc/portable/wo_shared.h)
 # float weights get Q4_1 (scale and min per group) rather than Q4_0 (symmetric): on the default
 # model's weights its round-trip error is lower (docs/design/kernels.md, 6. Weight-only int8 and
 # int4); a weight that is Q4_0's already keeps it (exactly, and without mins in the panels)

@@ -5,7 +5,7 @@
  * products, as vpdpbusd gives them. Also the rounding of the inputs that both read
  * (wo_q8_rows): a row's groups of 32 in order, as int8, with each group's d and d sum(q).
  */
-#include "../portable/wo_matmul.h"
+#include "../portable/wo_shared.h"
 #include <stdlib.h>
 
 #include "../cpu_features.h"

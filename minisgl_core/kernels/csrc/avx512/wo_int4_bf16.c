@@ -22,10 +22,10 @@
 #define PREFETCH_BYTES 2048
 /* a block's inputs: 4 vectors of 32 bf16 (64 bytes each), then 16 fp32 lane sums */
 #define PREP_BYTES (4 * 64 + 16 * 4)
-#define TILE 8  /* input rows a pass over a weight row (their accumulators stay in registers) */
+#define PASS_ROWS 8  /* input rows a pass over a weight row (their sums stay in registers) */
 #ifndef ROWS
 #define ROWS 4  /* output rows a step at one input row: independent chains, inputs loaded once
-                  * for all (3.4 ms for the default model's layers against 3.7 on tile()) */
+                  * for all (3.4 ms for the default model's layers against 3.7 on pass_rows()) */
 #endif
 
 #if defined(__x86_64__)
@@ -114,13 +114,13 @@ TB static inline __attribute__((always_inline)) void rows(
         y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(sixteen, acc[r], mins[r]));
 }
 
-/* nt (1..TILE) input rows against one output row: the block unpacked once for all of them */
-TB static inline __attribute__((always_inline)) void tile(
+/* nt (1..PASS_ROWS) input rows against one output row: the block unpacked once for all of them */
+TB static inline __attribute__((always_inline)) void pass_rows(
         const uint8_t *xp, int64_t xrow, int blocks, int groups, const uint8_t *w,
         const uint16_t *sc, const uint16_t *mn, float *y, int out, const int nt) {
     const __m512i nib_bits = _mm512_set1_epi16(0x0078), one_bits = _mm512_set1_epi16(0x3F80);
     const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    __m512 acc[TILE], mins[TILE];
+    __m512 acc[PASS_ROWS], mins[PASS_ROWS];
     for (int t = 0; t < nt; t++) acc[t] = mins[t] = _mm512_setzero_ps();
     for (int blk = 0; blk < blocks; blk++) {
         int left = groups - 4 * blk;
@@ -174,11 +174,12 @@ TB static void all_rows(const uint8_t *xp, int T, int blocks, int groups, const 
         const uint8_t *w = q + o * stride;
         const uint16_t *s = scale + (int64_t)o * groups, *m = mn + (int64_t)o * groups;
         int t = 0;
-        for (; t + TILE <= T; t += TILE)
-            tile(xp + t * xrow, xrow, blocks, groups, w, s, m, y + (int64_t)t * out + o, out, TILE);
+        for (; t + PASS_ROWS <= T; t += PASS_ROWS)
+            pass_rows(xp + t * xrow, xrow, blocks, groups, w, s, m, y + (int64_t)t * out + o,
+                      out, PASS_ROWS);
         switch (T - t) {  /* a constant row count at each call: the loops unroll */
-#define REST(n) case n: tile(xp + t * xrow, xrow, blocks, groups, w, s, m, \
-                             y + (int64_t)t * out + o, out, n); break;
+#define REST(n) case n: pass_rows(xp + t * xrow, xrow, blocks, groups, w, s, m, \
+                                  y + (int64_t)t * out + o, out, n); break;
         REST(1) REST(2) REST(3) REST(4) REST(5) REST(6) REST(7)
 #undef REST
         }

@@ -1,5 +1,5 @@
 /* The weight-only matmul's rows on AVX-512: 16 lanes (portable/wo_matmul.c dispatches). */
-#include "../portable/wo_matmul.h"
+#include "../portable/wo_shared.h"
 
 #ifdef HAVE_X86
 #include <immintrin.h>

@@ -15,7 +15,7 @@
  * (wo_q8_rows, in avx2/wo_panels_avx2.c).
  */
 #include "../minisgl_kernels.h"
-#include "../portable/wo_matmul.h"
+#include "../portable/wo_shared.h"
 #include <stdlib.h>
 
 #include "../cpu_features.h"

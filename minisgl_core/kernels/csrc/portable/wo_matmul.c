@@ -8,10 +8,10 @@
  * that row while it sits in L1. Output rows are split across threads with OpenMP. isa: 0 plain C,
  * 1 AVX2+FMA, 2 AVX-512; the caller picks (wo_best_isa says what the CPU runs). This file holds
  * the entry points, the plain C rows and the choice; the AVX2 and AVX-512 rows are in avx2/ and
- * avx512/ (wo_matmul.h declares them).
+ * avx512/ (wo_shared.h declares them).
  */
 #include "../minisgl_kernels.h"
-#include "wo_matmul.h"
+#include "wo_shared.h"
 #include <stdint.h>
 #include <stdlib.h>
 

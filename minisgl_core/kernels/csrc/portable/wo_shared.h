@@ -5,8 +5,8 @@
  * are defined with WO_HIDDEN first: not exported from the library, and not taken for an entry
  * point by the check that the sources define what minisgl_kernels.h declares.
  */
-#ifndef MINISGL_WO_MATMUL_H
-#define MINISGL_WO_MATMUL_H
+#ifndef MINISGL_WO_SHARED_H
+#define MINISGL_WO_SHARED_H
 
 #include <stdint.h>
 
