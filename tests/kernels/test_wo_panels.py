@@ -161,3 +161,25 @@ def test_int8_panels_give_the_weight_rows() -> None:
     index = torch.tensor([0, 5, 36, 16, 17, 5])
     rows = int8_panel_rows(int8_to_panels(w8), index, torch.float32)
     assert torch.equal(rows, dequantize_int8(w8)[index])
+
+
+def test_the_built_panels_ask_for_their_weights_with_both_hints() -> None:
+    """The panels fetch ahead non-temporal when a call reads each weight once and into the caches
+    otherwise (csrc/portable/wo_shared.h): both prefetch instructions are in the library built
+    here (a compiler that merged the two, or dropped them, slowed the one-row step)."""
+    import platform
+    import shutil
+    import subprocess
+
+    from minisgl_core.kernels.native import library
+
+    objdump = shutil.which("objdump")
+    if platform.machine() != "x86_64" or objdump is None or library.library() is None:
+        pytest.skip(f"not x86-64, no objdump or no native library here: {library.failure()}")
+    cc = library.compiler()
+    assert cc is not None
+    code = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(library.target(cc))],
+                          capture_output=True, text=True, check=True).stdout
+    non_temporal = code.count("prefetchnta")
+    assert non_temporal > 0
+    assert code.count("prefetcht0") >= non_temporal  # each site asks either way
