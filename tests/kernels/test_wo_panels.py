@@ -5,6 +5,9 @@ Kernels around them and the kernel choice."""
 
 from __future__ import annotations
 
+import platform
+import shutil
+import subprocess
 from collections.abc import Callable
 
 import pytest
@@ -29,6 +32,7 @@ from minisgl_core.kernels.matmul.wo_panels import (
     to_panels,
     unpanel,
 )
+from minisgl_core.kernels.native import library
 
 CPU = torch.device("cpu")
 PANELS_HERE = WeightOnlyPanels().available(CPU, torch.float32)  # AVX2 or AVX512-VNNI
@@ -167,12 +171,6 @@ def test_the_built_panels_ask_for_their_weights_with_both_hints() -> None:
     """The panels fetch ahead non-temporal when a call reads each weight once and into the caches
     otherwise (csrc/portable/wo_shared.h): both prefetch instructions are in the library built
     here (a compiler that merged the two, or dropped them, slowed the one-row step)."""
-    import platform
-    import shutil
-    import subprocess
-
-    from minisgl_core.kernels.native import library
-
     objdump = shutil.which("objdump")
     if platform.machine() != "x86_64" or objdump is None or library.library() is None:
         pytest.skip(f"not x86-64, no objdump or no native library here: {library.failure()}")
