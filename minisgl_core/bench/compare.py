@@ -196,10 +196,11 @@ def main(transports: list[str] | None, concurrency: list[int], requests: int | N
             if offline_runs:
                 results["offline"].append(median_run(offline_runs))
                 results["offline_runs"].append(offline_runs)
-        own_bytes = int(results["offline_meta"].get("weight_bytes") or 0)  # 0: no offline
+        # None: no offline engine ran (its meta, like a service's, holds the bytes as text)
+        own_bytes = int(results["offline_meta"].get("weight_bytes") or 0) or None
         results["ceilings"] = host_rooflines((first, measure_all_cores()), model_dir,
                                              quantization, concurrency, schemes, files,
-                                             service_bytes(running), own_bytes or None)
+                                             service_bytes(running), own_bytes)
     finally:
         results["service"] = [svc.finish() for svc in running]
         results["peers"] = [peer.finish() for peer in others]
