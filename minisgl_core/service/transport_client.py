@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 # the Ready keys shown as /v1/models meta and on the dashboard
 ENGINE_FACTS = ("dtype", "dtype_reason", "quantization", "quantization_reason", "kv_cache_dtype",
-                "kernels", "compile", "compile_reason", "weight_bytes", "weight_huge_page_bytes")
+                "kernels", "compile", "compile_reason", "weight_bytes", "weight_huge_page_bytes",
+                "omp_wait")
 NOT_SUMMED = {"kv_page_size": max, "scheduler_batch_peak": max,  # over replicas
               "decode_step_compiled": min}
 

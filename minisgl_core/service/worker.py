@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from minisgl_core.parent_death import die_with_parent
+from minisgl_core.service import omp_wait
 from minisgl_core.service.spec import RoleContext, WorkerSpec
 from minisgl_core.wire import codec
 from minisgl_core.wire.schema import Fatal, Message, Ready, Stats
@@ -28,6 +29,8 @@ def worker_main(spec: WorkerSpec) -> None:
     die_with_parent()
     if spec.cpus and hasattr(os, "sched_setaffinity"):  # before torch sizes its thread pool
         os.sched_setaffinity(0, spec.cpus)
+    if spec.role == "scheduler":  # before torch loads libgomp
+        omp_wait.short_spin(os.environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher leads shutdown
     set_title(f"minisgl::{spec.name}")
     logging.basicConfig(level=getattr(spec.config, "log_level", "INFO").upper(),
@@ -139,7 +142,10 @@ def _run(spec: WorkerSpec, registries: Registries, transport: Transport, report:
         if spec.dp_rank is not None:  # the tokenizer dispatches by the replicas' reports too
             report = _also_to(transport.push(ep.tokenizer), report)
         loop = SchedulerLoop(role, inbox, outbox, report, dp_rank=spec.dp_rank)
-        report(Ready(process=spec.name, pid=os.getpid(), info=dict(role.info())))
+        waiting = omp_wait.describe(os.environ)
+        log.info("OpenMP threads: %s", waiting)
+        report(Ready(process=spec.name, pid=os.getpid(),
+                     info={**role.info(), "omp_wait": waiting}))
         report(loop.stats())
         loop.run()
     # after a clean exit only (tensor parallelism: rank 0 stops the follower ranks here); after

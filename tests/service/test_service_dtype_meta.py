@@ -1,7 +1,9 @@
-"""``--dtype auto`` over HTTP: /v1/models' meta and the dashboard's info say what it chose, why."""
+"""``--dtype auto`` over HTTP: /v1/models' meta and the dashboard's info say what it chose, why
+(and how the scheduler's idle OpenMP threads wait)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import httpx
@@ -33,6 +35,9 @@ def test_models_meta_names_the_dtype_auto_chose_and_why(auto: RunningService) ->
     info = httpx.get(f"{auto.url}/v1/engine/info", timeout=30).json()
     assert info["dtype"] == meta["dtype"] and info["dtype_reason"] == meta["dtype_reason"]
     assert info["weight_huge_page_bytes"] == meta["weight_huge_page_bytes"]
+    # the scheduler process set the short spin before torch loaded libgomp (nothing set it here)
+    assert meta["omp_wait"].startswith("GOMP_SPINCOUNT=1000: ") == info["omp_wait"].startswith(
+        "GOMP_SPINCOUNT=1000: ") == ("GOMP_SPINCOUNT" not in os.environ)
     answer = httpx.post(f"{auto.url}/v1/completions", timeout=60, json={
         "model": card["id"], "prompt": "hello", "max_tokens": 4, "temperature": 0})
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1

@@ -69,9 +69,9 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
             info[key] = facts[key]
             info[f"{key}_reason"] = facts.get(f"{key}_reason", "")
     # the matmul kernels chosen, their bytes (how many in huge pages), what the KV pages hold,
-    # the decode step compiled
+    # the decode step compiled, how the scheduler's idle threads wait
     for key in ("kernels", "weight_bytes", "weight_huge_page_bytes", "kv_cache_dtype", "compile",
-                "compile_reason"):
+                "compile_reason", "omp_wait"):
         if key in facts:
             info[key] = facts[key]
     return info
