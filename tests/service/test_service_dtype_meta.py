@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from minisgl_core.service import omp_wait
 from minisgl_core.testing.service import RunningService, launch_service
 
 
@@ -35,9 +36,10 @@ def test_models_meta_names_the_dtype_auto_chose_and_why(auto: RunningService) ->
     info = httpx.get(f"{auto.url}/v1/engine/info", timeout=30).json()
     assert info["dtype"] == meta["dtype"] and info["dtype_reason"] == meta["dtype_reason"]
     assert info["weight_huge_page_bytes"] == meta["weight_huge_page_bytes"]
-    # the scheduler process set the short spin before torch loaded libgomp (nothing set it here)
-    assert meta["omp_wait"].startswith("GOMP_SPINCOUNT=1000: ") == info["omp_wait"].startswith(
-        "GOMP_SPINCOUNT=1000: ") == ("GOMP_SPINCOUNT" not in os.environ)
+    # how the scheduler's idle OpenMP threads wait: the short spin it sets, unless set here
+    env = dict(os.environ)
+    omp_wait.short_spin(env)
+    assert meta["omp_wait"] == info["omp_wait"] == omp_wait.describe(env)
     answer = httpx.post(f"{auto.url}/v1/completions", timeout=60, json={
         "model": card["id"], "prompt": "hello", "max_tokens": 4, "temperature": 0})
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1
