@@ -8,7 +8,8 @@ listener has an accept pending; it re-arms that accept after each accepted pipe 
 callbacks, so the transport registers none (pynng's would wait for the GIL there, and a peer
 refused meanwhile would go uncounted), and the guard lists pipes from the statistics instead.
 After a refusal nng itself pauses accepting for 100 ms: a second refusal within that pause is
-not counted (its connection is still closed). nng 1.11 also never times out a TLS handshake
+not counted (its connection is still closed), nor is one in the moment after a new pipe, before
+nng's thread has re-armed the accept. nng 1.11 also never times out a TLS handshake
 (measured: a connection that sends nothing, or half a ClientHello, stays open for good, holding a
 descriptor), so every quarter of ``handshake_ms`` the guard lists this process's accepted tcp
 connections (Linux ``/proc``) and shuts down any that has not become a pipe within
