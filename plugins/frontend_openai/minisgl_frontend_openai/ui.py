@@ -63,17 +63,13 @@ def served_info(client: EngineClient, config: Any) -> dict[str, Any]:
     quantization = getattr(config, "quantization", None)
     if quantization and quantization != "auto":  # what auto chose: in the engine's facts
         info["quantization"] = quantization
-    facts = getattr(client, "engine_facts", None) or {}  # what "auto" resolved to, and why
+    # the engine's own facts (the client's ENGINE_FACTS): what "auto" resolved to and why, the
+    # matmul kernels and their bytes, what the KV pages hold, the compiled step, the idle wait
+    facts = getattr(client, "engine_facts", None) or {}
     for key in ("dtype", "quantization"):
         if key in facts:
-            info[key] = facts[key]
-            info[f"{key}_reason"] = facts.get(f"{key}_reason", "")
-    # the matmul kernels chosen, their bytes (how many in huge pages), what the KV pages hold,
-    # the decode step compiled, how the scheduler's idle threads wait
-    for key in ("kernels", "weight_bytes", "weight_huge_page_bytes", "kv_cache_dtype", "compile",
-                "compile_reason", "omp_wait"):
-        if key in facts:
-            info[key] = facts[key]
+            info[f"{key}_reason"] = ""  # said even when the engine gave no reason
+    info.update(facts)
     return info
 
 
