@@ -9,7 +9,9 @@ own kernels behind custom ops (kernels/ops.py); what gets fused is the code betw
 RMSNorm, RoPE, the K/V store, SiLU x up, the residual adds. Steps that prefill, and every step
 before its graph is ready, run eagerly. The serving thread only runs graphs already compiled
 (``torch._dynamo.run``): a step whose guards no graph passes runs eagerly instead of stalling
-to compile. Inductor's caches live under the project's cache directory (``inductor/``).
+to compile. A graph whose guards pass is called straight from dynamo's cache entry, without
+dynamo's wrapper around each call (direct_graphs.py). Inductor's caches live under the
+project's cache directory (``inductor/``).
 
 So that the service never serves slower than eagerly: graphs this configuration compiled before
 (a marker per configuration says so) are loaded from inductor's cache before the engine is ready
@@ -38,6 +40,7 @@ from typing import Any
 import torch
 
 from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, RowKeys, Workspace
+from minisgl_core.engine.direct_graphs import MISSED, DirectGraphs
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.step_guards import keep_input_guards, own_copy
 from minisgl_core.kernels import python_ops_in_graphs, vector_code_kind, without_collectives
@@ -127,6 +130,7 @@ class CompiledDecode:
             **GRAPH_OPTIONS, "guard_filter_fn": keep_input_guards(
                 [a for a in inspect.signature(step).parameters if a not in _FIXED_ARGS])})
         self._run_only = torch._dynamo.run(step)
+        self._direct = DirectGraphs(step)  # the same graphs, without dynamo's call wrapper
         self._ready: set[int] = set()  # warm batches whose graph is compiled (1, 2)
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -253,6 +257,7 @@ class CompiledDecode:
                     return
                 self.compile_s[batch] = time.perf_counter() - start
                 self._ready.add(batch)
+                self._direct.refresh()
                 log.info("compiled the decode step for %s in %.1f s", what,
                          self.compile_s[batch])
 
@@ -292,5 +297,7 @@ class CompiledDecode:
         mask = g.mask
         if mask is None and batch > 1:  # the batch graph always takes a mask
             mask = torch.ones(batch, 1, 1, g.kv_len, dtype=torch.bool, device=input_ids.device)
-        return self._run_only(self.model, input_ids, meta.positions, meta.out_slots, g.kv_index,
-                              mask, kv, ws, self.invariant_rows)
+        args = (self.model, input_ids, meta.positions, meta.out_slots, g.kv_index, mask, kv, ws,
+                self.invariant_rows)
+        out = self._direct(*args)
+        return self._run_only(*args) if out is MISSED else out

@@ -64,6 +64,25 @@ def test_compiled_step_gives_the_eager_greedy_tokens(compiled_fp32, make_engine,
     assert compiled_fp32.info()["compile"] == "on" and eager.info()["compile"] == "off"
 
 
+def test_steps_call_their_graphs_without_dynamos_wrapper(compiled_fp32, make_engine, drain,
+                                                         tokens_of, monkeypatch) -> None:
+    # each decode step runs its graph from dynamo's cache entry (direct_graphs.py); dynamo's own
+    # path only where no graph's guards pass, which no step here is
+    compiled = compiled_fp32.compiled
+    assert len(compiled._direct.entries) == 2
+    through_dynamo: list[int] = []
+    run_only = compiled._run_only
+    monkeypatch.setattr(compiled, "_run_only",
+                        lambda *args: through_dynamo.append(args[1].shape[0]) or run_only(*args))
+    eager = make_engine("llama", page_size=4)
+    prompts = _prompts(eager.vocab_size)
+    want = _greedy(eager, prompts, drain, tokens_of)
+    graphs, got = compiled_runs(lambda: _greedy(compiled_fp32, prompts, drain, tokens_of))
+    assert got == want
+    assert len(graphs) == 2 and sum(graphs.values()) >= GREEDY.max_tokens
+    assert through_dynamo == []
+
+
 def test_a_short_prefill_runs_in_the_graph_and_a_long_one_eagerly(compiled_fp32, make_engine,
                                                                    drain, tokens_of,
                                                                    monkeypatch) -> None:
