@@ -3,14 +3,14 @@
 ``torch._dynamo.run(fn)(*args)`` runs the first of ``fn``'s graphs whose guards pass, from inside
 a wrapper of some forty Python lines (the eval-frame callback and stance, dispatch-key and
 functorch state saved and restored, the recompile settings). A decode step calls it after its
-weights' pass has left little of that Python in the caches: about 75 us a step on the default
-model, 3.4% of a one-request step on the 2-core AMD EPYC Zen 5 (design/kernels.md, 31).
+weights' pass has left little of that Python in the caches: 50-70 us of a one-request step on
+the default model on the 2-core AMD EPYC Zen 5, 2-3% of its forward (design/kernels.md, 12).
 
 Dynamo keeps each graph as a cache entry on the function's code object: the transformed code
 (which calls the graph) and its guards. ``DirectGraphs`` checks each entry's guards against the
 arguments, as dynamo does, and calls the transformed code of the first that passes. With no
-entry passing, or no entries to read (another torch), it says so and the caller takes dynamo's
-path, which then runs the function eagerly as before.
+entry passing, or no entries or guards it can read (another torch), it says so and the caller
+takes dynamo's path, which runs the function eagerly where no graph fits, as before.
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ class DirectGraphs:
         ``MISSED`` when none does."""
         local = dict(zip(self.names, args, strict=True))
         for guards, code in self.entries:
-            if guards.check(local):
+            try:
+                passed = guards.check(local)
+            except (TypeError, AttributeError) as exc:  # guards that read frames otherwise
+                log.warning("compiled graphs called through dynamo from now on: %s", exc)
+                self.entries = []
+                return MISSED
+            if passed:
                 return code(*args)
         return MISSED

@@ -35,3 +35,13 @@ def test_a_function_never_compiled_has_no_graphs() -> None:
     direct = DirectGraphs(plain)
     assert direct.refresh() == 0
     assert direct(torch.zeros(2)) is MISSED
+
+
+def test_guards_that_cannot_read_the_arguments_leave_every_call_to_dynamo() -> None:
+    class Unreadable:
+        def check(self, local: dict) -> bool:
+            raise TypeError("wants a frame")
+
+    direct = DirectGraphs(test_a_function_never_compiled_has_no_graphs)
+    direct.entries = [(Unreadable(), lambda: "ran")]
+    assert direct() is MISSED and direct.entries == []
