@@ -41,6 +41,7 @@ import torch
 
 from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, RowKeys, Workspace
 from minisgl_core.engine.direct_graphs import MISSED, DirectGraphs
+from minisgl_core.engine.head_rows import head_rows
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.step_guards import keep_input_guards, own_copy
 from minisgl_core.kernels import python_ops_in_graphs, vector_code_kind, without_collectives
@@ -65,16 +66,17 @@ def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
                  out_slots: torch.Tensor, kv_index: torch.Tensor, mask: torch.Tensor | None,
                  kv: KVPool, ws: Workspace, invariant_rows: bool = False) -> torch.Tensor:
     """One decode-only forward from tensors alone: ``input_ids [B]``, ``kv_index [B * L]``,
-    ``mask [B, 1, 1, L]`` (None: every key visible) -> hidden states ``[B, H]``. The batch and
-    the context length are read from shapes, never from Python ints, so they stay symbolic.
-    ``invariant_rows``: attention by the batch-invariant kernel (--deterministic)."""
+    ``mask [B, 1, 1, L]`` (None: every key visible) -> the rows the LM head takes ``[B, H]``
+    (head_rows.py: the final norm fused in). The batch and the context length are read from
+    shapes, never from Python ints, so they stay symbolic. ``invariant_rows``: attention by the
+    batch-invariant kernel (--deterministic)."""
     b = input_ids.shape[0]
     group = GroupMeta(b, 1, kv_index.shape[0] // b, kv_index, mask, None, None, False)
     rows = None
     if invariant_rows:  # row i is sequence i; it sees keys 0..positions[i]
         rows = RowKeys(kv_index.view(b, -1), torch.arange(b, device=input_ids.device))
-    return model.forward(input_ids, AttentionMetadata(positions, out_slots, b, group, None, rows),
-                         kv, ws)
+    meta = AttentionMetadata(positions, out_slots, b, group, None, rows)
+    return head_rows(model, model.forward(input_ids, meta, kv, ws))
 
 
 def inductor_cache() -> str:
@@ -288,12 +290,13 @@ class CompiledDecode:
 
     def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool,
                  ws: Workspace) -> torch.Tensor:
-        """The model's forward: compiled when this is a decode-only step and its graph is ready."""
+        """The model's forward and ``head_rows``: compiled when this is a decode-only step and
+        its graph is ready."""
         g = meta.decode
         batch = input_ids.shape[0]
         if meta.prefill is not None or g is None or g.kv_len < 2 or \
                 min(batch, 2) not in self._ready:
-            return self.model.forward(input_ids, meta, kv, ws)
+            return head_rows(self.model, self.model.forward(input_ids, meta, kv, ws))
         mask = g.mask
         if mask is None and batch > 1:  # the batch graph always takes a mask
             mask = torch.ones(batch, 1, 1, g.kv_len, dtype=torch.bool, device=input_ids.device)

@@ -23,6 +23,7 @@ from minisgl_core.engine.compile_choice import resolve_compile
 from minisgl_core.engine.compiled import CompiledDecode
 from minisgl_core.engine.config import EngineConfig, ModelConfig, eos_token_ids
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
+from minisgl_core.engine.head_rows import head_of, head_rows
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator, default_num_pages
 from minisgl_core.engine.prefix_disk import DiskTier, open_disk_tier, tier_metrics
 from minisgl_core.engine.request import Request, State, StepOutput
@@ -114,7 +115,10 @@ class Engine:
             config.spec_options(), self.sampler, self.max_seq_len)
         self.requests: dict[str, Request] = {}
         self.compiled: CompiledDecode | None = None
-        self.forward: Callable[..., torch.Tensor] = self.model.forward
+        # a step's forward gives the rows the LM head takes (the final norm run with it), and
+        # self.head turns them into logits (head_rows.py)
+        self.forward: Callable[..., torch.Tensor] = self._forward
+        self.head = head_of(self.model)
         if compile_step:  # graphs from the cache before serving, else compiled meanwhile
             self.compiled = CompiledDecode(self.model, self.kv, self.workspace, self.device,
                                            config.deterministic)
@@ -131,6 +135,11 @@ class Engine:
         log.info("engine ready: %s (%s), %d pages x %d tokens (KV %s), context %d",
                  self.model_name, cfg.architecture, self.num_pages, self.page_size,
                  self.kv_cache_dtype, self.max_seq_len)
+
+    def _forward(self, input_ids: torch.Tensor, meta: Any, kv: KVPool,
+                 ws: Workspace) -> torch.Tensor:
+        """The eager forward, ``input_ids [T]`` -> the rows the LM head takes ``[T, H]``."""
+        return head_rows(self.model, self.model.forward(input_ids, meta, kv, ws))
 
     def _open_prefix_disk(self) -> DiskTier | None:
         c, cache = self.config, self.batcher.cache
@@ -266,9 +275,9 @@ class Engine:
         meta = build_metadata(lay.decode, lay.prefill, self.page_size, self.device,
                               self.config.deterministic)
         input_ids = torch.tensor(lay.ids, device=self.device)
-        hidden = self.forward(input_ids, meta, self.kv, self.workspace)
+        head_in = self.forward(input_ids, meta, self.kv, self.workspace)
         if lay.chunks:
-            prompt_logprobs.collect(lay.chunks, hidden, self.model.logits)
+            prompt_logprobs.collect(lay.chunks, head_in, self.head)
         for r in batch.decode:
             r.num_cached += 1
         for r, n in batch.prefill:
@@ -278,9 +287,9 @@ class Engine:
             return refused
         # the plain rows, then the k + 1 rows of every speculating request: one LM-head call
         picked = rows + lay.spec_rows
-        if picked != list(range(hidden.shape[0])):  # not every row in order: gather them
-            hidden = hidden.index_select(0, torch.tensor(picked, device=self.device))
-        every = self.model.logits(hidden)  # [N + S, V]
+        if picked != list(range(head_in.shape[0])):  # not every row in order: gather them
+            head_in = head_in.index_select(0, torch.tensor(picked, device=self.device))
+        every = self.head(head_in)  # [N + S, V]
         if self.speculator is not None and spec:
             refused = refused + [self._append_many(*took) for took in
                                  self.speculator.verify_all(spec, every[len(rows):],

@@ -113,9 +113,9 @@ def _decode_logits(engine, prompts: list[list[int]], drain) -> torch.Tensor:
     with torch.inference_mode():  # as in Engine.step: the graphs guard on inference tensors
         ids = torch.tensor([r.output_ids[-1] for r in running])
         meta = build_metadata(decode, [], engine.page_size, engine.device)
-        graphs, hidden = compiled_runs(lambda: engine.forward(ids, meta, engine.kv,
-                                                               engine.workspace))
-        logits = engine.model.logits(hidden)
+        graphs, head_in = compiled_runs(lambda: engine.forward(ids, meta, engine.kv,
+                                                                engine.workspace))
+        logits = engine.head(head_in)
     assert sum(graphs.values()) == (1 if engine.compiled is not None else 0)
     drain(engine)
     return logits.float()

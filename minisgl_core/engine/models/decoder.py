@@ -323,16 +323,25 @@ class DecoderForCausalLM:
         return self.embed_rows.rows(input_ids, self.dtype)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``, fp32
-        where the head takes fp32 rows at no cost (``Linear.fp32_rows``)."""
-        assert self.lm_head is not None
+        """Final norm and LM head on the rows that get a next token: ``[N, H] -> [N, V]``."""
+        return self.head(self.final_norm(hidden))
+
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final norm of ``logits``, ``[N, H] -> [N, H]``: fp32 where the head takes fp32
+        rows at no cost (``Linear.fp32_rows``). The engine runs it with the forward, so that a
+        compiled decode step fuses it into its graph (engine/head_rows.py)."""
+        if self.lm_head is None:  # a tensor-parallel rank that holds no head: none taken
+            return hidden
         if self.deterministic:
-            h = invariant.rms_norm(hidden, self.norm, self.cfg.rms_norm_eps)
-        elif self.lm_head.fp32_rows and self.norm32 is not None:
-            h = rms_norm(hidden.float(), self.norm32, self.norm32, self.cfg.rms_norm_eps)
-        else:
-            h = rms_norm(hidden, self.norm, self.norm32, self.cfg.rms_norm_eps)
-        return self.lm_head(h)
+            return invariant.rms_norm(hidden, self.norm, self.cfg.rms_norm_eps)
+        if self.lm_head.fp32_rows and self.norm32 is not None:
+            return rms_norm(hidden.float(), self.norm32, self.norm32, self.cfg.rms_norm_eps)
+        return rms_norm(hidden, self.norm, self.norm32, self.cfg.rms_norm_eps)
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        """The LM head of ``logits`` on ``final_norm``'s rows: ``[N, H] -> [N, V]``."""
+        assert self.lm_head is not None
+        return self.lm_head(rows)
 
     def describe(self) -> dict[str, Any]:
         """A few facts for logs and /v1/models."""

@@ -162,14 +162,20 @@ class Gemma3ForCausalLM(DecoderForCausalLM):
             x = x + F.rms_norm(reduce(layer.down(act)), (h,), layer.post_mlp, eps)
         return x
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final norm and the (tied, unscaled) LM head: ``[N, H] -> [N, V]``, soft-capped when
-        the config says so; fp32 where the head takes fp32 rows at no cost
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final norm: ``[N, H] -> [N, H]``, fp32 where the head takes fp32 rows at no cost
         (``Linear.fp32_rows``)."""
-        assert self.lm_head is not None
+        if self.lm_head is None:  # a tensor-parallel rank that holds no head: none taken
+            return hidden
         fp32 = self.lm_head.fp32_rows
         x, w = (hidden.float(), self.norm32) if fp32 else (hidden, self.norm)
-        out = self.lm_head(F.rms_norm(x, (self.cfg.hidden_size,), w, self.cfg.rms_norm_eps))
+        return F.rms_norm(x, (self.cfg.hidden_size,), w, self.cfg.rms_norm_eps)
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        """The (tied, unscaled) LM head on ``final_norm``'s rows: ``[N, H] -> [N, V]``,
+        soft-capped when the config says so."""
+        assert self.lm_head is not None
+        out = self.lm_head(rows)
         if self.softcap:
             cap = float(self.softcap)
             out = torch.tanh(out / cap) * cap
