@@ -35,6 +35,7 @@ ISAS = {"c": 0, "avx2": 1, "avx512": 2}
 _lib: ctypes.CDLL | None = None
 _failure: str | None = None
 _tried = False
+_best_isa: int | None = None
 
 
 def compiler() -> str | None:
@@ -138,6 +139,11 @@ def failure() -> str | None:
 
 
 def best_isa() -> int:
-    """The widest path this CPU runs (ISAS values); 0 without the library."""
-    lib = library()
-    return 0 if lib is None else int(lib.wo_best_isa())
+    """The widest path this CPU runs (ISAS values); 0 without the library. Asked of the library
+    once: every native call passes it, and a ctypes call is microseconds once a step's weights
+    have left the caches (the kernels' own choices are made once a process too)."""
+    global _best_isa
+    if _best_isa is None:
+        lib = library()
+        _best_isa = 0 if lib is None else int(lib.wo_best_isa())
+    return _best_isa
