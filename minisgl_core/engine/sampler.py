@@ -58,6 +58,7 @@ class Sampler:
                  eos_token_ids: Iterable[int] = ()) -> None:
         self.vocab_size = vocab_size
         self.device = torch.device(device)
+        self.argmax = sampling.argmax_on(self.device)  # the greedy rows' pass, chosen once
         self.generator = torch.Generator(self.device).manual_seed(seed)
         self.eos_token_ids = frozenset(eos_token_ids)
 
@@ -106,7 +107,7 @@ class Sampler:
         if constrained:  # first, so that every later step sees only allowed tokens
             apply_masks(logits, constrained, [reqs[i].grammar for i in constrained])
         if all(r.sampling.greedy and not adjusts(r) for r in reqs):
-            return sampling.argmax(logits)
+            return self.argmax(logits)
         logits = logits.float()
         for i, r in enumerate(reqs):
             if adjusts(r):
@@ -115,7 +116,7 @@ class Sampler:
         greedy = [i for i, r in enumerate(reqs) if r.sampling.greedy]
         if greedy:
             rows = torch.tensor(greedy, device=logits.device)
-            for i, tok in zip(greedy, sampling.argmax(logits[rows]), strict=True):
+            for i, tok in zip(greedy, self.argmax(logits[rows]), strict=True):
                 out[i] = tok
         sampled = [i for i, r in enumerate(reqs) if not r.sampling.greedy]
         if sampled:

@@ -156,3 +156,19 @@ def test_torch_path_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sampling.draw(x, [1.0, 1.0], [0, 0], [1.0, 1.0], [0.0, 0.0],
                          torch.rand(2, dtype=torch.float64)) is None
     assert sampling.argmax(x) == x.max(-1).indices.tolist()
+
+
+def test_a_samplers_argmax_is_chosen_once_for_its_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = _logits(3, 1000, seed=4, peaked=False)
+    x[1, 10] = x[1, 20] = x[1].max() + 1  # ties: the first of equal ones
+    want = x.max(-1).indices.tolist()
+    native_pass = sampling.argmax_on(torch.device("cpu"))
+    torchs = sampling.argmax_on(torch.device("meta"))  # off the CPU: torch's
+    assert (native_pass is not torchs) == (native.library() is not None)
+    for dtype in (torch.float32, torch.bfloat16):
+        assert native_pass(x.to(dtype)) == x.to(dtype).max(-1).indices.tolist()
+    assert native_pass(x) == want and native_pass(x[:, ::2]) == x[:, ::2].max(-1).indices.tolist()
+    assert native_pass(x.double()) == want  # a dtype the pass does not take: torch's
+    monkeypatch.setenv("MINISGL_SAMPLING", "torch")
+    switched_off = sampling.argmax_on(torch.device("cpu"))
+    assert switched_off is torchs and switched_off(x) == want
