@@ -52,22 +52,9 @@ def compiled_fp32(make_engine):
 
 
 def test_compiled_step_gives_the_eager_greedy_tokens(compiled_fp32, make_engine, drain,
-                                                     tokens_of) -> None:
-    eager = make_engine("llama", page_size=4)
-    prompts = _prompts(eager.vocab_size)
-    want = _greedy(eager, prompts, drain, tokens_of)
-    graphs, got = compiled_runs(lambda: _greedy(compiled_fp32, prompts, drain, tokens_of))
-    assert got == want
-    # both graphs served: batch 1 while "a" ran alone, the batch graph once the others joined;
-    # every step after the prefills is a decode step
-    assert len(graphs) == 2 and sum(graphs.values()) >= GREEDY.max_tokens
-    assert compiled_fp32.info()["compile"] == "on" and eager.info()["compile"] == "off"
-
-
-def test_steps_call_their_graphs_without_dynamos_wrapper(compiled_fp32, make_engine, drain,
-                                                         tokens_of, monkeypatch) -> None:
-    # each decode step runs its graph from dynamo's cache entry (direct_graphs.py); dynamo's own
-    # path only where no graph's guards pass, which no step here is
+                                                     tokens_of, monkeypatch) -> None:
+    # each step calls its graph from dynamo's cache entry (direct_graphs.py); dynamo's own path
+    # runs only where no graph's guards pass, which no step here is
     compiled = compiled_fp32.compiled
     assert len(compiled._direct.entries) == 2
     through_dynamo: list[int] = []
@@ -79,8 +66,11 @@ def test_steps_call_their_graphs_without_dynamos_wrapper(compiled_fp32, make_eng
     want = _greedy(eager, prompts, drain, tokens_of)
     graphs, got = compiled_runs(lambda: _greedy(compiled_fp32, prompts, drain, tokens_of))
     assert got == want
+    # both graphs served: batch 1 while "a" ran alone, the batch graph once the others joined;
+    # every step after the prefills is a decode step
     assert len(graphs) == 2 and sum(graphs.values()) >= GREEDY.max_tokens
     assert through_dynamo == []
+    assert compiled_fp32.info()["compile"] == "on" and eager.info()["compile"] == "off"
 
 
 def test_a_short_prefill_runs_in_the_graph_and_a_long_one_eagerly(compiled_fp32, make_engine,
