@@ -13,15 +13,14 @@ INL2 float hsum256(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* nt (1..TILE) rows of x against one int8 weight row; constant nt at each call site; ``once``:
- * the call's rows are one tile, so the weights are fetched non-temporal (wo_fetch_ahead) */
+/* nt (1..TILE) rows of x against one int8 weight row; constant nt at each call site */
 INL2 void i8_tile_avx2(const float *x, int in, const int8_t *w, float s, float *y, int out,
-                       const int nt, const int once) {
+                       const int nt) {
     __m256 a[TILE], b[TILE];
     for (int t = 0; t < nt; t++) a[t] = b[t] = _mm256_setzero_ps();
     int i = 0;
     for (; i + 16 <= in; i += 16) {
-        wo_fetch_ahead((const uint8_t *)w + i + PREFETCH_BYTES, 1, once);
+        wo_fetch_ahead((const uint8_t *)w + i + PREFETCH_BYTES, 1);
         __m128i raw = _mm_loadu_si128((const __m128i *)(w + i));
         __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
         __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(raw, 8)));
@@ -41,14 +40,13 @@ INL2 void i8_tile_avx2(const float *x, int in, const int8_t *w, float s, float *
 
 WO_HIDDEN T2 void wo_i8_row_avx2(const float *x, int T, int in, const int8_t *w, float s,
                                  float *y, int out) {
-    const int once = T <= TILE;
     int t = 0;
     for (; t + TILE <= T; t += TILE)
-        i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, TILE, once);
+        i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, TILE);
     switch (T - t) {
-    case 1: i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, 1, once); break;
-    case 2: i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, 2, once); break;
-    case 3: i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, 3, once); break;
+    case 1: i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, 1); break;
+    case 2: i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, 2); break;
+    case 3: i8_tile_avx2(x + (int64_t)t * in, in, w, s, y + (int64_t)t * out, out, 3); break;
     }
 }
 

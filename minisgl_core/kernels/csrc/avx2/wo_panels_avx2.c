@@ -123,14 +123,13 @@ INL2 __m256i dot4(__m256i w, __m256i x) {
 
 INL2 void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, int groups,
                      const int8_t *xq, const float *d, const float *ds, int t0, const int nr,
-                     int o0, int n, int out, void *y, int y_bf16, const void *residual,
-                     const int once) {
+                     int o0, int n, int out, void *y, int y_bf16, const void *residual) {
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     __m256 acc[RB][2];
     for (int r = 0; r < nr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int g = 0; g < groups; g++) {
         const uint8_t *wg = pw + (size_t)g * 256;
-        wo_fetch_ahead(wg + PREFETCH_BYTES, 4, once);
+        wo_fetch_ahead(wg + PREFETCH_BYTES, 4);
         __m256i sums[RB][2];
         for (int r = 0; r < nr; r++) sums[r][0] = sums[r][1] = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
@@ -177,7 +176,6 @@ WO_HIDDEN T2 int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, c
     float *d, *ds;
     int8_t *xq = wo_q8_rows(x, x_bf16, T, in, groups, &d, &ds);
     if (xq == NULL) return -1;
-    const int once = T <= RB;  /* one block of rows: each weight byte read once */
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         const uint8_t *pw = q + (size_t)p * groups * 256;
@@ -187,7 +185,7 @@ WO_HIDDEN T2 int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, c
         for (int t0 = 0; t0 < T; t0 += RB) {
             switch (T - t0 < RB ? T - t0 : RB) {  /* a constant row count at each call */
 #define ROWS(k) case k: panel_rows(pw, ps, pm, groups, xq, d, ds, t0, k, o0, cols, out, y, \
-                                   y_bf16, residual, once); break;
+                                   y_bf16, residual); break;
             ROWS(1) ROWS(2) ROWS(3) ROWS(4)
 #undef ROWS
             }

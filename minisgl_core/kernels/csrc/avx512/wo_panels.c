@@ -64,15 +64,14 @@ INLP void store_rows(const __m512 *acc, int t0, int nr, int o0, int n, int out, 
  * held up by vpdpbusd's latency. */
 INLP void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, int groups,
                      const int8_t *xq, const float *d, const float *ds, int t0, const int nr,
-                     int o0, int n, int out, void *y, int y_bf16, const void *residual,
-                     const int once) {
+                     int o0, int n, int out, void *y, int y_bf16, const void *residual) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const int two = nr <= 4;
     __m512 acc[RB];
     for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     for (int g = 0; g < groups; g++) {
         const uint8_t *wg = pw + (size_t)g * 256;
-        wo_fetch_ahead(wg + PREFETCH_BYTES, 4, once);
+        wo_fetch_ahead(wg + PREFETCH_BYTES, 4);
         __m512i a[RB], b[RB];
         for (int r = 0; r < nr; r++) a[r] = b[r] = _mm512_setzero_si512();
         for (int k = 0; k < 4; k++) {
@@ -107,8 +106,7 @@ INLP void panel_rows(const uint8_t *pw, const uint16_t *ps, const uint16_t *pm, 
  * one input's two parts (wo_q8_rows_split), their sums added into output row t0 / 2 + i. */
 INLP void panel_rows_i8(const uint8_t *pw, const float *ps, int groups, const int8_t *xq,
                         const float *d, const float *ds, int t0, const int nr, int o0, int n,
-                        int out, void *y, int y_bf16, const void *residual, const int pairs,
-                        const int once) {
+                        int out, void *y, int y_bf16, const void *residual, const int pairs) {
     __m512 acc[RB];
     float offset[RB];
     for (int r = 0; r < nr; r++) {
@@ -118,7 +116,7 @@ INLP void panel_rows_i8(const uint8_t *pw, const float *ps, int groups, const in
     }
     for (int g = 0; g < groups; g++) {
         const uint8_t *wg = pw + (size_t)g * 512;
-        wo_fetch_ahead(wg + PREFETCH_BYTES, 8, once);
+        wo_fetch_ahead(wg + PREFETCH_BYTES, 8);
         __m512i a[RB], b[RB];
         for (int r = 0; r < nr; r++) a[r] = b[r] = _mm512_setzero_si512();
         for (int k = 0; k < 8; k += 2) {
@@ -157,7 +155,6 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, co
     int8_t *xq = (split ? wo_q8_rows_split : wo_q8_rows)(x, x_bf16, T, in, groups, &d, &ds);
     if (xq == NULL) return -1;
     if (split) T *= 2;  /* the rows of xq: RB is even, so a block never parts a pair */
-    const int once = T <= RB;  /* one block of rows: each weight byte read once */
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
@@ -167,9 +164,9 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, co
                 const uint8_t *pw = q + (size_t)p * groups * 512;
                 const float *ps = (const float *)scale + (size_t)p * 16;
 #define ROWS(k) case k: panel_rows_i8(pw, ps, groups, xq, d, ds, t0, k, o0, cols, out, y, \
-                                      y_bf16, residual, 0, once); break;
+                                      y_bf16, residual, 0); break;
 #define PAIRS(k) case k: panel_rows_i8(pw, ps, groups, xq, d, ds, t0, k, o0, cols, out, y, \
-                                       y_bf16, residual, 1, once); break;
+                                       y_bf16, residual, 1); break;
                 if (split) {  /* nr is even */
                     switch (nr) { PAIRS(2) PAIRS(4) PAIRS(6) PAIRS(8) }
                     continue;
@@ -186,7 +183,7 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, co
             const uint16_t *pm = mn ? mn + (size_t)p * groups * 16 : NULL;
             switch (nr) {
 #define ROWS(k) case k: panel_rows(pw, ps, pm, groups, xq, d, ds, t0, k, o0, cols, out, y, \
-                                   y_bf16, residual, once); break;
+                                   y_bf16, residual); break;
             ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
 #undef ROWS
             }

@@ -74,22 +74,15 @@ static inline float nibble(const uint8_t *grp, int j) {
 }
 
 #ifdef HAVE_X86
-/* Ask for ``lines`` cache lines from ``at`` (weights PREFETCH_BYTES ahead of those being read).
- * ``once``: the call reads each weight byte once (its input rows fit one register block), so
- * the lines come in non-temporal and leave the caches to what the step reads again (the KV
- * cache, activations, the ops' own data) instead of taking their place at every step: in one
- * process, switched every 8 steps, a one-request decode step on a 2-core Zen 5 1.009-1.014x on
- * the default model and 1.001-1.054x at Qwen3-1.7B's shapes (docs/design/kernels.md, 29).
- * Written in asm: GCC 12 took two ``_mm_prefetch`` loops that differ in their hint alone for the
- * same code, and kept one hint for both, or neither. */
-static inline void wo_fetch_ahead(const uint8_t *at, int lines, int once) {
-    for (int k = 0; k < lines; k++) {
-        const uint8_t *line = at + 64 * k;
-        if (once)
-            __asm__ volatile("prefetchnta %0" : : "m"(*line));
-        else
-            __asm__ volatile("prefetcht0 %0" : : "m"(*line));
-    }
+/* Ask for ``lines`` cache lines from ``at`` (weights PREFETCH_BYTES ahead of those being read),
+ * into every level of cache. Not non-temporal, though a call at few rows reads each weight byte
+ * once: on the 2-core Intel Xeon with AMX, whose L3 holds the default model's 95 MB, a
+ * non-temporal hint kept them out of it and the one-request step took 1.9x as long; on the
+ * 2-core Zen 5 it had gained 1.4% (docs/design/kernels.md, 29). Written in asm: GCC 12 dropped
+ * the panels' ``_mm_prefetch`` calls where two of them differed in their hint alone. */
+static inline void wo_fetch_ahead(const uint8_t *at, int lines) {
+    for (int k = 0; k < lines; k++)
+        __asm__ volatile("prefetcht0 %0" : : "m"(*(at + 64 * k)));
 }
 
 /* one output row: y[t * out] for every row t of x (avx2/wo_matmul_avx2.c) */
