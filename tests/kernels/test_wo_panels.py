@@ -85,6 +85,22 @@ def test_panels_equal_the_product_of_the_rounded_inputs(
             fused = _panels(x, packed, res, dtype)
             assert fused is not None and fused.dtype == dtype
             assert torch.equal(fused, (y + res.float()).to(dtype)), (out, inp, rows)
+            alone = _panels(x, packed, None, dtype)
+            assert alone is not None and torch.equal(alone, y.to(dtype)), (out, inp, rows)
+
+
+@pytest.mark.parametrize("quantize", KERNELS)
+def test_panels_keep_infinities_and_nans_of_the_residual_in_bf16(
+        quantize: Callable[[torch.Tensor], object]) -> None:
+    gen = torch.Generator().manual_seed(9)
+    packed = quantize(torch.randn(37, 100, generator=gen) * 0.05)
+    x = torch.randn(3, 100, generator=gen).bfloat16()
+    res = torch.randn(3, 37, generator=gen).bfloat16()
+    res[0, 5], res[1, 20], res[2, 36] = float("inf"), float("-inf"), float("nan")
+    y = _panels(x, packed, res, torch.bfloat16)
+    assert y is not None
+    assert y[0, 5] == float("inf") and y[1, 20] == float("-inf") and bool(y[2, 36].isnan())
+    assert int(torch.isfinite(y).sum()) == y.numel() - 3
 
 
 def test_q8_rounds_each_group_of_inputs_to_127_steps() -> None:
