@@ -11,6 +11,7 @@ import torch
 from minisgl_core.kernels import BUCKETS, Kernel
 from minisgl_core.kernels.matmul import choice as kernel_choice
 from minisgl_core.kernels.matmul.choice import candidates, choose, timed_width
+from minisgl_core.kernels.native import library
 
 CPU, FP32 = torch.device("cpu"), torch.float32
 SHAPES = {"qkv": (96, 64), "down": (64, 128)}
@@ -181,6 +182,16 @@ def test_a_different_cache_key_measures_again(tmp_path: Path, pool_names) -> Non
     other = choose({"qkv": (96, 32)}, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
                    timer=_scripted("dense"))
     assert other.source.startswith("measured")
+    assert len(list(tmp_path.glob("linear-*.json"))) == 2
+
+
+def test_other_native_kernels_measure_again(tmp_path: Path, monkeypatch, pool_names) -> None:
+    # the cached times are of the kernels' code: a library built from other sources re-times them
+    choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S, timer=_scripted("dense"))
+    monkeypatch.setattr(library, "source_digest", lambda: "other sources")
+    again = choose(SHAPES, CPU, FP32, cache=tmp_path, budget_s=SCRIPTED_BUDGET_S,
+                   timer=_scripted("dense"))
+    assert again.source.startswith("measured")
     assert len(list(tmp_path.glob("linear-*.json"))) == 2
 
 

@@ -36,6 +36,7 @@ from minisgl_core.kernels.matmul.choice_rules import HEAD_ROWS, pick, without_ho
 from minisgl_core.kernels.matmul.invariant import deterministic_kernels
 from minisgl_core.kernels.matmul.registry import all_kernels, fp32_kernels, weight_only_kernels
 from minisgl_core.kernels.matmul.w8a8 import int8_kernels, role_scheme
+from minisgl_core.kernels.native import library
 
 # the whole measurement, packing included, at the first start (then cached): 2.5 s until the
 # fifth bucket, whose 512 rows took the default model's choice under an AVX2-only mask on the
@@ -153,7 +154,7 @@ def choose(shapes: Shapes, device: torch.device, dtype: torch.dtype,
         return Choice({r: (p[0],) * len(BUCKETS) for r, p in pools.items()}, "only candidate")
     key = {"method": METHOD, "cpu": cpu_features.cpu_model(),
            "features": sorted(cpu_features.features()), "torch": torch.__version__,
-           "threads": torch.get_num_threads(),
+           "threads": torch.get_num_threads(), "native": library.source_digest(),
            "device": str(device), "dtype": str(dtype), "buckets": list(BUCKETS),
            "shapes": {r: list(s) for r, s in sorted(shapes.items())},
            "candidates": {r: [k.name for k in p] for r, p in sorted(pools.items())}}

@@ -1,6 +1,7 @@
-"""The kernel choice's cache: one JSON file per key (CPU, torch, threads, shapes, candidates, ...)
-under the cache directory, holding each role's kernel per bucket, every timing and the machine's
-load when it was measured (choice.py decides when to read, measure and write)."""
+"""The kernel choice's cache: one JSON file per key (CPU, torch, threads, the native kernels'
+sources, shapes, candidates, ...) under the cache directory, holding each role's kernel per
+bucket, every timing and the machine's load when it was measured (choice.py decides when to
+read, measure and write)."""
 
 from __future__ import annotations
 

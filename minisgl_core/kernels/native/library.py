@@ -10,6 +10,7 @@ pure-torch fallback. ``python -m minisgl_core.kernels.native`` builds it ahead (
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -53,6 +54,13 @@ def target(cc: str) -> Path:
     text = (source_digest_input()
             + " ".join((cc, *FLAGS, *LIBS)).encode())
     return cache_dir() / "native" / f"minisgl-{hashlib.sha256(text).hexdigest()[:16]}.so"
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of the sources and headers: the kernels' code, whose speed cached timings hold
+    (kernel choice's cache key)."""
+    return hashlib.sha256(source_digest_input()).hexdigest()[:16]
 
 
 def source_digest_input() -> bytes:
