@@ -41,7 +41,7 @@ import torch
 
 from minisgl_core.engine.attention import AttentionMetadata, GroupMeta, RowKeys, Workspace
 from minisgl_core.engine.direct_graphs import MISSED, DirectGraphs
-from minisgl_core.engine.head_rows import head_rows
+from minisgl_core.engine.head_rows import forward_rows
 from minisgl_core.engine.kv_cache import KVPool
 from minisgl_core.engine.step_guards import keep_input_guards, own_copy
 from minisgl_core.kernels import python_ops_in_graphs, vector_code_kind, without_collectives
@@ -76,7 +76,7 @@ def _decode_step(model: Any, input_ids: torch.Tensor, positions: torch.Tensor,
     if invariant_rows:  # row i is sequence i; it sees keys 0..positions[i]
         rows = RowKeys(kv_index.view(b, -1), torch.arange(b, device=input_ids.device))
     meta = AttentionMetadata(positions, out_slots, b, group, None, rows)
-    return head_rows(model, model.forward(input_ids, meta, kv, ws))
+    return forward_rows(model, input_ids, meta, kv, ws)
 
 
 def inductor_cache() -> str:
@@ -290,13 +290,12 @@ class CompiledDecode:
 
     def __call__(self, input_ids: torch.Tensor, meta: AttentionMetadata, kv: KVPool,
                  ws: Workspace) -> torch.Tensor:
-        """The model's forward and ``head_rows``: compiled when this is a decode-only step and
-        its graph is ready."""
+        """``forward_rows``: compiled when this is a decode-only step and its graph is ready."""
         g = meta.decode
         batch = input_ids.shape[0]
         if meta.prefill is not None or g is None or g.kv_len < 2 or \
                 min(batch, 2) not in self._ready:
-            return head_rows(self.model, self.model.forward(input_ids, meta, kv, ws))
+            return forward_rows(self.model, input_ids, meta, kv, ws)
         mask = g.mask
         if mask is None and batch > 1:  # the batch graph always takes a mask
             mask = torch.ones(batch, 1, 1, g.kv_len, dtype=torch.bool, device=input_ids.device)

@@ -23,7 +23,7 @@ from minisgl_core.engine.compile_choice import resolve_compile
 from minisgl_core.engine.compiled import CompiledDecode
 from minisgl_core.engine.config import EngineConfig, ModelConfig, eos_token_ids
 from minisgl_core.engine.grammar import GrammarCache, GrammarGate
-from minisgl_core.engine.head_rows import head_of, head_rows
+from minisgl_core.engine.head_rows import forward_rows, head_of
 from minisgl_core.engine.kv_cache import KVPool, PageAllocator, default_num_pages
 from minisgl_core.engine.prefix_disk import DiskTier, open_disk_tier, tier_metrics
 from minisgl_core.engine.request import Request, State, StepOutput
@@ -139,7 +139,7 @@ class Engine:
     def _forward(self, input_ids: torch.Tensor, meta: Any, kv: KVPool,
                  ws: Workspace) -> torch.Tensor:
         """The eager forward, ``input_ids [T]`` -> the rows the LM head takes ``[T, H]``."""
-        return head_rows(self.model, self.model.forward(input_ids, meta, kv, ws))
+        return forward_rows(self.model, input_ids, meta, kv, ws)
 
     def _open_prefix_disk(self) -> DiskTier | None:
         c, cache = self.config, self.batcher.cache

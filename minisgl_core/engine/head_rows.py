@@ -19,6 +19,13 @@ def head_rows(model: Any, hidden: torch.Tensor) -> torch.Tensor:
     return hidden if norm is None else norm(hidden)
 
 
+def forward_rows(model: Any, input_ids: torch.Tensor, meta: Any, kv: Any,
+                 ws: Any) -> torch.Tensor:
+    """The model's forward, ``input_ids [T]`` -> the rows its LM head takes ``[T, H]``: the
+    step's forward wherever it runs (eager, or traced into a compiled decode graph)."""
+    return head_rows(model, model.forward(input_ids, meta, kv, ws))
+
+
 def head_of(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     """What turns ``head_rows``'s rows into logits ``[N, V]``: the model's ``head`` where it has
     a ``final_norm``, else its ``logits``."""
