@@ -1,20 +1,22 @@
-"""``python -m minisgl_core.kernels.native``: build the C library and its torch operators ahead
-(``make setup``); a failure is reported, not fatal: the Python paths work without them."""
+"""``python -m minisgl_core.kernels.native``: build the C library, its torch operators and the
+spin-wait probe ahead (``make setup``); a failure is reported, not fatal: the Python paths (and
+a fixed spin count) work without them."""
 
 from __future__ import annotations
 
 import sys
 
-from minisgl_core.kernels.native import library, ops
+from minisgl_core.kernels.native import library, ops, pause
 
 
 def main() -> int:
-    """Build both, printing where each is or why it is not."""
-    for what, make in (("native kernels", library.build), ("native torch operators", ops.build)):
+    """Build each, printing where it is or why it is not."""
+    for what, make in (("native kernels", library.build), ("native torch operators", ops.build),
+                       ("spin-wait probe", pause.build)):
         try:
             print(f"{what}: {make()}")
         except RuntimeError as exc:
-            print(f"{what} not built (the Python paths will be used): {exc}", file=sys.stderr)
+            print(f"{what} not built (the project runs without it, slower): {exc}", file=sys.stderr)
     return 0
 
 

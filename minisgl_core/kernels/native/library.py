@@ -22,8 +22,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 CSRC = Path(__file__).parent.parent / "csrc"
-# every C file under csrc/, so a new kernel needs no edit here; sorted: a stable build key
-SOURCES = tuple(sorted(CSRC.glob("**/*.c")))
+# every C file under csrc/, so a new kernel needs no edit here, but those of csrc/standalone/,
+# each a library of its own (pause.py); sorted: a stable build key
+SOURCES = tuple(sorted(p for p in CSRC.glob("**/*.c") if p.parent.name != "standalone"))
 HEADERS = tuple(sorted(CSRC.glob("**/*.h")))  # in the build key too
 # -O3 only: the AVX2 and AVX-512 paths carry their own target attributes and are chosen at run
 # time (cpuid), so one build runs on any x86-64 host. OpenMP resolves to the libgomp that torch
@@ -74,13 +75,17 @@ def build() -> Path:
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
-    path = target(cc)
+    return compile_once([cc, *FLAGS, *map(str, SOURCES), *LIBS], target(cc))
+
+
+def compile_once(cmd: list[str], path: Path) -> Path:
+    """``path``, compiled by ``cmd`` (a compiler command but its ``-o``) unless it exists."""
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}.so")
     try:
-        run_compiler([cc, *FLAGS, *map(str, SOURCES), *LIBS, "-o", str(tmp)], timeout=120)
+        run_compiler([*cmd, "-o", str(tmp)], timeout=120)
     except RuntimeError:
         tmp.unlink(missing_ok=True)
         raise
