@@ -1,4 +1,4 @@
-"""The project's small native library (every C file under csrc/: the weight-only matmuls, the
+"""The project's small native library (every C file under csrc/ but standalone/: the matmuls, the
 paged decode attention): built with the system C compiler into a cache directory keyed by the
 sources, their names and the flags, loaded through ctypes.
 
