@@ -21,6 +21,7 @@
  */
 #define _GNU_SOURCE  /* syscall() */
 #include "../minisgl_kernels.h"
+#include "../portable/wo_shared.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,7 +290,7 @@ TA static void pairs(int T, int in, enum weight_kind kind, const void *q, const 
     float c[4][16][16] __attribute__((aligned(64)));
     memset(a4, 0, sizeof a4);
     int npairs = (blocks + 1) / 2;
-#pragma omp for schedule(static)
+#pragma omp for schedule(runtime)
     for (int p = 0; p < npairs; p++) {
         int n0 = p * 32, na = out - n0 < 16 ? out - n0 : 16, nb = out - n0 - 16;
         nb = nb > 16 ? 16 : nb;  /* <= 0: no second block */
@@ -351,6 +352,7 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
         free(sm);
         return -1;
     }
+    wo_schedule(T);  /* the output blocks' loops below */
 #pragma omp parallel num_threads(threads)
     {
         lay_out_inputs(x, T, in, groups, tiles, xb);  /* ends in the omp for's barrier */
@@ -367,7 +369,7 @@ TA static int run(const uint16_t *x, int T, int in, enum weight_kind kind, const
             pairs(T, in, kind, q, scale, mn, out, y, y_bf16, residual, groups, blocks, row_bytes,
                   xb, s32, m32);
         } else {
-#pragma omp for schedule(static)
+#pragma omp for schedule(runtime)
             for (int blk = 0; blk < blocks; blk++) {
                 int n0 = blk * 16, nr = out - n0 < 16 ? out - n0 : 16;
                 if (kind == W_INT4 || kind == W_PANELS4)

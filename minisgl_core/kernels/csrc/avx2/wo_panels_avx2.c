@@ -176,7 +176,8 @@ WO_HIDDEN T2 int wo_int4_panels_avx2(const void *x, int x_bf16, int T, int in, c
     float *d, *ds;
     int8_t *xq = wo_q8_rows(x, x_bf16, T, in, groups, &d, &ds);
     if (xq == NULL) return -1;
-#pragma omp parallel for schedule(static) num_threads(threads)
+    wo_schedule(T);
+#pragma omp parallel for schedule(runtime) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         const uint8_t *pw = q + (size_t)p * groups * 256;
         const uint16_t *ps = scale + (size_t)p * groups * 16;

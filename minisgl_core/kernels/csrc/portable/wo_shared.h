@@ -8,6 +8,7 @@
 #ifndef MINISGL_WO_SHARED_H
 #define MINISGL_WO_SHARED_H
 
+#include <omp.h>
 #include <stdint.h>
 
 #define WO_HIDDEN __attribute__((visibility("hidden")))
@@ -83,6 +84,17 @@ static inline float nibble(const uint8_t *grp, int j) {
 static inline void wo_fetch_ahead(const uint8_t *at, int lines) {
     for (int k = 0; k < lines; k++)
         __asm__ volatile("prefetcht0 %0" : : "m"(*(at + 64 * k)));
+}
+
+/* How a loop over output panels or blocks (``schedule(runtime)``) is split between the threads:
+ * at one row in halves, in order; at more rows handed out as threads come free (guided), so that
+ * a thread the service's other processes preempt holds up the step by one block, not by the rest
+ * of its half. Guided at one row cost 2.5-5% of the panels' pass alone (its later chunks start
+ * where nothing was fetched ahead) and gained nothing served; from 8 rows up, served, 1.01-1.09x
+ * at 8 requests and 1.07x at 32 (docs/design/kernels.md, 31). Set before the parallel region,
+ * whose threads inherit it. */
+static inline void wo_schedule(int rows) {
+    omp_set_schedule(rows == 1 ? omp_sched_static : omp_sched_guided, 0);
 }
 
 /* one output row: y[t * out] for every row t of x (avx2/wo_matmul_avx2.c) */
