@@ -154,8 +154,8 @@ TP static int run(const void *x, int x_bf16, int T, int in, const uint8_t *q, co
     float *d, *ds;
     int8_t *xq = (split ? wo_q8_rows_split : wo_q8_rows)(x, x_bf16, T, in, groups, &d, &ds);
     if (xq == NULL) return -1;
+    wo_schedule(T);  /* by the rows asked for: one row in two parts is one row */
     if (split) T *= 2;  /* the rows of xq: RB is even, so a block never parts a pair */
-    wo_schedule(T);
 #pragma omp parallel for schedule(runtime) num_threads(threads)
     for (int p = 0; p < panels; p++) {
         int o0 = 16 * p, cols = out - o0 < 16 ? out - o0 : 16;
