@@ -45,9 +45,11 @@ def describe(env: Mapping[str, str]) -> str:
     knobs = [f"{knob}={env[knob]}" for knob in OWN_KNOBS if knob in env]
     if not knobs:
         return "libgomp's default spin (GOMP_SPINCOUNT unset)"
-    hint_ns = _hint_ns()
+    # the hint is timed only for a count short_spin could have set
+    ours = len(knobs) == 1 and "GOMP_SPINCOUNT" in env
+    hint_ns = _hint_ns() if ours else None
     count = spin_count(hint_ns)
-    if knobs != [f"GOMP_SPINCOUNT={count}"]:
+    if not ours or env["GOMP_SPINCOUNT"] != str(count):
         return " ".join(knobs) + " (the environment's)"
     timed = (f"~{SPIN_US:.0f} us at {hint_ns:.1f} ns a spin here" if hint_ns is not None
              else "the spin-wait hint could not be timed here")
